@@ -1,0 +1,200 @@
+// Package testenv starts throwaway servers for tests: a real redis-server on
+// a free loopback port, killed when the test ends. Tests never assume a server
+// is already running.
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisInstall says how to get redis-server when it is missing.
+const RedisInstall = "redis-server is not on PATH: install it (Debian/Ubuntu: `apt-get install -y redis-server`; macOS: `brew install redis`); tests start their own server and never use one already running"
+
+// startTimeout bounds how long a server may take to say it is ready.
+const startTimeout = 15 * time.Second
+
+// Redis is a redis-server owned by one test (or benchmark).
+type Redis struct {
+	// Addr is the server's host:port on 127.0.0.1.
+	Addr string
+
+	tb   testing.TB
+	dir  string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd exits
+}
+
+// StartRedis starts a redis-server with no persistence on a free loopback
+// port and registers its shutdown with tb.Cleanup. It fails tb, saying how to
+// install the server, when redis-server is missing.
+func StartRedis(tb testing.TB) *Redis {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		tb.Fatal(RedisInstall)
+	}
+	r := &Redis{tb: tb, dir: tb.TempDir()}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var port int
+		if port, err = freePort(); err != nil {
+			continue
+		}
+		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if err = r.start(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		tb.Fatalf("testenv: starting redis-server: %v", err)
+	}
+	tb.Cleanup(r.Kill)
+	return r
+}
+
+// freePort asks the kernel for a free loopback port. Another process could
+// take it before redis-server binds it; StartRedis retries when that happens.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (r *Redis) start() error {
+	_, port, _ := net.SplitHostPort(r.Addr)
+	cmd := exec.Command("redis-server",
+		"--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no",
+		"--dir", r.dir, "--logfile", "",
+		"--protected-mode", "no")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	ready := make(chan error, 1)
+	go func() {
+		var log strings.Builder
+		sc := bufio.NewScanner(out)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			if !signalled {
+				log.WriteString(line + "\n")
+				if strings.Contains(line, "Ready to accept connections") {
+					ready <- nil
+					signalled = true
+				}
+			}
+		}
+		if !signalled {
+			ready <- fmt.Errorf("redis-server exited before it was ready:\n%s", log.String())
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case err := <-ready:
+		if err != nil {
+			<-done
+			return err
+		}
+	case <-time.After(startTimeout):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("redis-server not ready after %v", startTimeout)
+	}
+	r.mu.Lock()
+	r.cmd, r.done = cmd, done
+	r.mu.Unlock()
+	return nil
+}
+
+// Kill stops the server at once (SIGKILL) and waits for it to exit. It is
+// safe to call more than once.
+func (r *Redis) Kill() {
+	r.mu.Lock()
+	cmd, done := r.cmd, r.done
+	r.cmd = nil
+	r.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// Restart starts the server again on the same address after Kill, with an
+// empty dataset.
+func (r *Redis) Restart() {
+	r.tb.Helper()
+	r.Kill()
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err = r.start(); err == nil {
+			return
+		}
+	}
+	r.tb.Fatalf("testenv: restarting redis-server on %s: %v", r.Addr, err)
+}
+
+// URL returns a redis:// URL for the server.
+func (r *Redis) URL() string { return "redis://" + r.Addr + "/0" }
+
+// Client returns a new go-redis client for the server, closed on cleanup.
+func (r *Redis) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r.tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// CommandCalls returns how many times the server has run each command, from
+// INFO commandstats (e.g. "evalsha" → 12).
+func (r *Redis) CommandCalls(ctx context.Context) (map[string]int64, error) {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer c.Close()
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	return parseCommandStats(info), nil
+}
+
+// parseCommandStats reads lines like
+// "cmdstat_evalsha:calls=12,usec=34,usec_per_call=2.83,...".
+func parseCommandStats(info string) map[string]int64 {
+	calls := make(map[string]int64)
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				calls[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return calls
+}

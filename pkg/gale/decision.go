@@ -1,0 +1,43 @@
+package gale
+
+import "time"
+
+// Decision is the answer to one check. The zero value denies with no limit
+// information.
+type Decision struct {
+	// Allowed reports whether the units were admitted.
+	Allowed bool
+	// Limit is the rule's Limit.
+	Limit int64
+	// Remaining is how many more units could be admitted now, after this
+	// decision. In leased mode it is this node's estimate: its local credits
+	// plus what the store reported remaining when it last leased.
+	Remaining int64
+	// ResetAt is when the limit is fully available again: the window's end for
+	// the window strategies, the moment the bucket is full for the others.
+	ResetAt time.Time
+	// RetryAfter is how long until a check of the same cost could be admitted,
+	// when nothing else changes; 0 when Allowed. For a cost above the rule's
+	// capacity (never admissible) it is the time until ResetAt.
+	RetryAfter time.Duration
+	// Fallback is true when the store failed and the decision came from the
+	// limiter's OnStoreError policy rather than from the store.
+	Fallback bool
+}
+
+// Grant is the store's answer to a lease.
+type Grant struct {
+	// Granted is the number of credits leased: between the request's min and
+	// max, or 0 when fewer than min remained (then Decision is the denial).
+	Granted int64
+	// WindowEnd is the end of the store window the credits belong to, in the
+	// store's time; the zero time for strategies without windows.
+	WindowEnd time.Time
+	// Now is the store's time for this operation: the request's now, or the
+	// server's clock when the store reads its own time. WindowEnd − Now is how
+	// long the credits live.
+	Now time.Time
+	// Decision is the store's view after the lease (Remaining, ResetAt), or
+	// the denial when Granted is 0.
+	Decision Decision
+}

@@ -1,0 +1,79 @@
+package gale_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+)
+
+// countingStore wraps a real store and counts the calls that reach it,
+// including how many leases are in flight at once. It can also be made to
+// fail, standing in for a store that is down.
+type countingStore struct {
+	gale.Store
+	checks, leases, returns atomic.Int64
+	inflight, maxInflight   atomic.Int64
+	failing                 atomic.Bool
+	gate                    chan struct{} // when non-nil, leases wait on it
+	mu                      sync.Mutex
+}
+
+var errDown = errors.New("store is down")
+
+func (c *countingStore) Check(ctx context.Context, key string, r gale.Rule, cost int64, now time.Time) (gale.Decision, error) {
+	c.checks.Add(1)
+	if c.failing.Load() {
+		return gale.Decision{}, errDown
+	}
+	return c.Store.Check(ctx, key, r, cost, now)
+}
+
+func (c *countingStore) Lease(ctx context.Context, key string, r gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {
+	c.leases.Add(1)
+	n := c.inflight.Add(1)
+	defer c.inflight.Add(-1)
+	c.mu.Lock()
+	if n > c.maxInflight.Load() {
+		c.maxInflight.Store(n)
+	}
+	gate := c.gate
+	c.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return gale.Grant{}, ctx.Err()
+		}
+	}
+	if c.failing.Load() {
+		return gale.Grant{}, errDown
+	}
+	return c.Store.Lease(ctx, key, r, min, max, now)
+}
+
+func (c *countingStore) Return(ctx context.Context, key string, r gale.Rule, n int64, end, now time.Time) error {
+	c.returns.Add(1)
+	if c.failing.Load() {
+		return errDown
+	}
+	return c.Store.Return(ctx, key, r, n, end, now)
+}
+
+// eventually waits for cond with a deadline, polling on a short ticker.
+func eventually(cond func() bool) bool {
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}

@@ -1,0 +1,194 @@
+package gale
+
+import (
+	"context"
+	"time"
+)
+
+// leaseCall is one lease in flight; every check that misses on its key while
+// it runs waits for it instead of asking the store itself.
+type leaseCall struct {
+	done chan struct{} // closed when the lease has landed in the entry
+	err  error         // the store's error, set before done is closed
+}
+
+// checkLeased serves from local credits, leasing on shortage.
+//
+// The loop ends because each pass either serves, denies, fails, or waits for
+// a lease that lands credits or a remembered denial.
+func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
+	sh := l.l1.shard(key)
+	waited := false // counters say "local" only for checks that never waited on the store
+	for {
+		sh.mu.Lock()
+		e := l.l1.getOrCreate(l, sh, key, now)
+		if e == nil {
+			sh.mu.Unlock()
+			return l.checkStore(ctx, key, cost, now)
+		}
+		e.lastUsed = now
+		sh.expire(e, now)
+		if e.credits >= cost {
+			e.credits -= cost
+			if !waited {
+				sh.localHits++
+			}
+			d := Decision{Allowed: true, Limit: l.rule.Limit, Remaining: e.credits + e.remote, ResetAt: e.reset}
+			if l.lease.LowWater > 0 && e.credits <= l.lease.LowWater && e.lease == nil && !now.Before(e.denyUntil) {
+				l.startLease(e, 1, l.lease.Batch, now)
+			}
+			sh.mu.Unlock()
+			return d, nil
+		}
+		need := cost - e.credits
+		if d, ok := e.denied(need, now); ok {
+			if !waited {
+				sh.cachedDenials++
+			}
+			sh.mu.Unlock()
+			return d, nil
+		}
+		call := e.lease
+		if call == nil {
+			call = l.startLease(e, need, max(l.lease.Batch, cost), now)
+		}
+		sh.mu.Unlock()
+		waited = true
+		select {
+		case <-call.done:
+		case <-ctx.Done():
+			return Decision{}, ctx.Err()
+		}
+		if call.err == ErrClosed {
+			return Decision{}, ErrClosed
+		}
+		if call.err != nil {
+			return l.failed(ctx, call.err)
+		}
+	}
+}
+
+// startLease sets a lease in flight for e. Called with e's shard locked.
+func (l *Limiter) startLease(e *entry, min, max int64, now time.Time) *leaseCall {
+	call := &leaseCall{done: make(chan struct{})}
+	if l.closed.Load() {
+		// Close has passed (or is passing) its barrier: start nothing.
+		call.err = ErrClosed
+		close(call.done)
+		return call
+	}
+	e.lease = call
+	l.counters.leasesRequested.Add(1)
+	l.wg.Add(1)
+	go l.runLease(e, call, min, max, now)
+	return call
+}
+
+// runLease asks the store for credits and lands the answer in e. It runs on
+// the limiter's own context, not the request's: a grant is never lost because
+// the request that started it went away.
+func (l *Limiter) runLease(e *entry, call *leaseCall, min, max int64, now time.Time) {
+	defer l.wg.Done()
+	ctx, cancel := context.WithTimeout(l.bg, l.timeout)
+	g, err := l.store.Lease(ctx, e.key, l.rule, min, max, now)
+	cancel()
+	sh := l.l1.shard(e.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	defer close(call.done)
+	e.lease = nil
+	if err != nil {
+		call.err = err
+		return
+	}
+	// The store's instants are on the store's clock: carry them over to ours
+	// by their distance from the store's now. `now` was read before the
+	// request was sent, so the credits die no later than the store's window.
+	local := func(t time.Time) time.Time { return now.Add(t.Sub(g.Now)) }
+	if g.Granted == 0 {
+		e.denyUntil, e.denyNeed, e.deny = now.Add(g.Decision.RetryAfter), min, g.Decision
+		return
+	}
+	l.counters.leasesGranted.Add(1)
+	l.counters.creditsLeased.Add(g.Granted)
+	e.denyUntil = time.Time{}
+	sh.expire(e, now)
+	if !g.WindowEnd.Equal(e.windowEnd) {
+		if !l.lease.Uncoupled && e.credits > 0 {
+			// Credits of an older window must not ride on the new window's
+			// expiry.
+			sh.stranded += e.credits
+			e.credits = 0
+		}
+		e.windowEnd, e.fromWindow = g.WindowEnd, 0
+	}
+	e.credits += g.Granted
+	e.fromWindow += g.Granted
+	if !l.lease.Uncoupled && !g.WindowEnd.IsZero() {
+		e.expires = local(g.WindowEnd)
+	}
+	e.remote, e.reset = g.Decision.Remaining, local(g.Decision.ResetAt)
+}
+
+// returnLater gives credits back to the store in the background.
+// Called with a shard locked (see Close's barrier).
+func (l *Limiter) returnLater(r returned) {
+	if l.closed.Load() {
+		return
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(l.bg, l.timeout)
+		defer cancel()
+		if err := l.store.Return(ctx, r.key, l.rule, r.credits, r.windowEnd, r.now); err != nil {
+			l.counters.storeErrors.Add(1)
+			return
+		}
+		l.counters.creditsReturned.Add(r.credits)
+	}()
+}
+
+// ReturnIdle returns the credits of every key with no check since
+// now − LeaseConfig.ReturnIdleAfter to the store, and forgets those keys. The
+// limiter calls it on its clock every half idle period; it is exported for
+// callers that drive time themselves. It returns the number of keys dropped.
+func (l *Limiter) ReturnIdle(ctx context.Context, now time.Time) int {
+	if l.l1 == nil || l.lease.ReturnIdleAfter <= 0 {
+		return 0
+	}
+	cutoff := now.Add(-l.lease.ReturnIdleAfter)
+	var dropped int
+	rs := l.l1.drain(l, func(e *entry) bool {
+		idle := !e.lastUsed.After(cutoff)
+		if idle {
+			dropped++
+		}
+		return idle
+	}, now)
+	for _, r := range rs {
+		sctx, cancel := context.WithTimeout(ctx, l.timeout)
+		err := l.store.Return(sctx, r.key, l.rule, r.credits, r.windowEnd, r.now)
+		cancel()
+		if err != nil {
+			l.counters.storeErrors.Add(1)
+			continue
+		}
+		l.counters.creditsReturned.Add(r.credits)
+	}
+	return dropped
+}
+
+func (l *Limiter) sweep() {
+	defer l.wg.Done()
+	t := l.clock.NewTicker(max(l.lease.ReturnIdleAfter/2, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case now := <-t.C():
+			l.ReturnIdle(l.bg, now)
+		}
+	}
+}

@@ -1,0 +1,300 @@
+package gale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/clock"
+)
+
+// Mode is how a Limiter shares work between its local tier (L1) and the
+// store (L2).
+type Mode uint8
+
+const (
+	// Strict asks the store on every check: exact, one round trip each.
+	Strict Mode = iota
+	// CachedDeny asks the store for every admission but remembers denials
+	// until their RetryAfter, so a flood on a blocked key costs the store
+	// nothing.
+	CachedDeny
+	// Leased leases credits from the store in batches and serves them
+	// locally.
+	Leased
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Strict:
+		return "strict"
+	case CachedDeny:
+		return "cached_deny"
+	case Leased:
+		return "leased"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// ErrorPolicy says what a check answers when the store fails.
+type ErrorPolicy uint8
+
+const (
+	// FailError returns the error (wrapping ErrStore): the caller decides.
+	FailError ErrorPolicy = iota
+	// FailOpen admits, with Decision.Fallback set.
+	FailOpen
+	// FailClosed denies, with Decision.Fallback set.
+	FailClosed
+)
+
+func (p ErrorPolicy) String() string {
+	switch p {
+	case FailError:
+		return "error"
+	case FailOpen:
+		return "allow"
+	case FailClosed:
+		return "deny"
+	}
+	return fmt.Sprintf("ErrorPolicy(%d)", uint8(p))
+}
+
+var (
+	// ErrStore wraps every store failure a FailError limiter returns.
+	ErrStore = errors.New("gale: store failed")
+	// ErrClosed is returned by checks on a closed Limiter.
+	ErrClosed = errors.New("gale: limiter closed")
+)
+
+// LeaseConfig tunes leased mode. The zero value leases a tenth of the
+// capacity at a time, window-coupled, with no background refill and no idle
+// return.
+type LeaseConfig struct {
+	// Batch is how many credits a lease asks for (at least the check's cost).
+	// 0 means max(1, capacity/10).
+	Batch int64
+	// Uncoupled lets credits outlive the store window that granted them. The
+	// default (false) expires them at that window's end, which bounds the
+	// admissions of any fleet to Limit per window; uncoupled, the bound is
+	// Limit + N·(Batch−1) for N nodes.
+	Uncoupled bool
+	// LowWater, when > 0, starts a background lease once a key's credits fall
+	// to it, so checks rarely wait on the store; a node may then hold up to
+	// LowWater + Batch credits.
+	LowWater int64
+	// ReturnIdleAfter, when > 0, returns a key's credits to the store once the
+	// key has had no check for this long, so other nodes can use them.
+	ReturnIdleAfter time.Duration
+}
+
+// Config configures a Limiter. Rule is required; the rest have defaults.
+type Config struct {
+	Rule  Rule
+	Mode  Mode
+	Lease LeaseConfig
+	// MaxKeys bounds the keys held in L1 (cached denials and leased credits).
+	// 0 means DefaultMaxKeys. A full L1 evicts its least recently used key
+	// among a sample, returning its credits; a check that finds nothing to
+	// evict asks the store directly.
+	MaxKeys int
+	// OnStoreError is what a check answers when the store fails.
+	OnStoreError ErrorPolicy
+	// StoreTimeout bounds every store call. 0 means DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// Clock drives the idle-return sweep. nil means the real clock.
+	Clock clock.Clock
+}
+
+// Defaults for Config's zero fields.
+const (
+	DefaultMaxKeys      = 1 << 16
+	DefaultStoreTimeout = 50 * time.Millisecond
+)
+
+// Limiter enforces one Rule for any number of keys, over a Store shared with
+// the rest of the fleet. It is safe for concurrent use. Close it to stop its
+// background work and return its leased credits.
+type Limiter struct {
+	store   Store
+	rule    Rule
+	mode    Mode
+	lease   LeaseConfig
+	onError ErrorPolicy
+	timeout time.Duration
+	clock   clock.Clock
+	l1      *table // nil in strict mode
+
+	bg       context.Context // parent of background store calls; cancelled by Close
+	cancelBg context.CancelFunc
+	wg       sync.WaitGroup // background leases, returns and the sweeper
+	closed   atomic.Bool
+	stop     chan struct{} // closed by Close to end the sweeper
+
+	counters counters
+}
+
+// New returns a Limiter for cfg over store.
+func New(store Store, cfg Config) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("gale: nil store")
+	}
+	if err := cfg.Rule.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Mode > Leased {
+		return nil, fmt.Errorf("gale: unknown mode %d", cfg.Mode)
+	}
+	if cfg.OnStoreError > FailClosed {
+		return nil, fmt.Errorf("gale: unknown store error policy %d", cfg.OnStoreError)
+	}
+	lc := cfg.Lease
+	if lc.Batch < 0 || lc.LowWater < 0 || lc.ReturnIdleAfter < 0 || cfg.MaxKeys < 0 || cfg.StoreTimeout < 0 {
+		return nil, errors.New("gale: negative batch, low water, idle time, max keys or store timeout")
+	}
+	if lc.Batch == 0 {
+		lc.Batch = max(1, cfg.Rule.Capacity()/10)
+	}
+	if lc.Batch > MaxLimit {
+		return nil, fmt.Errorf("gale: lease batch %d above %d", lc.Batch, int64(MaxLimit))
+	}
+	if lc.LowWater >= lc.Batch && cfg.Mode == Leased && lc.LowWater > 0 {
+		return nil, fmt.Errorf("gale: low water %d must be below the batch %d", lc.LowWater, lc.Batch)
+	}
+	l := &Limiter{
+		store:   store,
+		rule:    cfg.Rule,
+		mode:    cfg.Mode,
+		lease:   lc,
+		onError: cfg.OnStoreError,
+		timeout: cfg.StoreTimeout,
+		clock:   cfg.Clock,
+		stop:    make(chan struct{}),
+	}
+	if l.timeout == 0 {
+		l.timeout = DefaultStoreTimeout
+	}
+	if l.clock == nil {
+		l.clock = clock.Real{}
+	}
+	if l.mode != Strict {
+		maxKeys := cfg.MaxKeys
+		if maxKeys == 0 {
+			maxKeys = DefaultMaxKeys
+		}
+		l.l1 = newTable(maxKeys)
+	}
+	l.bg, l.cancelBg = context.WithCancel(context.Background())
+	if l.mode == Leased && lc.ReturnIdleAfter > 0 {
+		l.wg.Add(1)
+		go l.sweep()
+	}
+	return l, nil
+}
+
+// Rule returns the rule the limiter enforces.
+func (l *Limiter) Rule() Rule { return l.rule }
+
+// Mode returns the limiter's mode.
+func (l *Limiter) Mode() Mode { return l.mode }
+
+// Check asks whether cost units of key may be admitted at now. now is the
+// caller's clock, stamped once per request. On a store failure the answer
+// follows the OnStoreError policy; a cancelled ctx returns ctx.Err().
+func (l *Limiter) Check(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
+	if cost < 1 || cost > MaxLimit {
+		return Decision{}, fmt.Errorf("%w (got %d)", ErrInvalidCost, cost)
+	}
+	if l.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	// Stores count in whole microseconds: so does everything below, or a
+	// sub-microsecond remainder would let credits outlive their window.
+	// (Add keeps the monotonic reading; Truncate would drop it.)
+	now = now.Add(-time.Duration(now.Nanosecond() % 1000))
+	switch l.mode {
+	case CachedDeny:
+		return l.checkCachedDeny(ctx, key, cost, now)
+	case Leased:
+		return l.checkLeased(ctx, key, cost, now)
+	}
+	return l.checkStore(ctx, key, cost, now)
+}
+
+// checkStore asks the store (strict mode, and the fallback of a full L1).
+func (l *Limiter) checkStore(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
+	sctx, cancel := context.WithTimeout(ctx, l.timeout)
+	d, err := l.store.Check(sctx, key, l.rule, cost, now)
+	cancel()
+	l.counters.storeChecks.Add(1)
+	if err != nil {
+		return l.failed(ctx, err)
+	}
+	return d, nil
+}
+
+func (l *Limiter) checkCachedDeny(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
+	if d, ok := l.l1.cachedDenial(key, cost, now); ok {
+		return d, nil
+	}
+	d, err := l.checkStore(ctx, key, cost, now)
+	if err != nil || d.Allowed || d.Fallback || d.RetryAfter <= 0 {
+		return d, err
+	}
+	l.l1.rememberDenial(l, key, cost, d, now)
+	return d, nil
+}
+
+// failed applies the store error policy. A caller whose own context ended
+// gets its context's error, whatever the policy.
+func (l *Limiter) failed(ctx context.Context, err error) (Decision, error) {
+	l.counters.storeErrors.Add(1)
+	if ctx.Err() != nil {
+		return Decision{}, ctx.Err()
+	}
+	switch l.onError {
+	case FailOpen:
+		l.counters.fallbacks.Add(1)
+		return Decision{Allowed: true, Limit: l.rule.Limit, Fallback: true}, nil
+	case FailClosed:
+		l.counters.fallbacks.Add(1)
+		return Decision{Limit: l.rule.Limit, Fallback: true}, nil
+	}
+	return Decision{}, fmt.Errorf("%w: %w", ErrStore, err)
+}
+
+// Close stops background work, waits for leases in flight, and returns every
+// unexpired leased credit to the store. Checks after Close fail with
+// ErrClosed. Close is idempotent; ctx bounds the returns.
+func (l *Limiter) Close(ctx context.Context) error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	close(l.stop)
+	if l.l1 != nil {
+		// Barrier: background work is started only under a shard lock after
+		// checking closed, so once every shard has been locked here no new
+		// work can join the wait group.
+		for i := range l.l1.shards {
+			l.l1.shards[i].mu.Lock()
+			l.l1.shards[i].mu.Unlock() //nolint:staticcheck // an empty critical section is the barrier
+		}
+	}
+	l.wg.Wait()
+	l.cancelBg()
+	if l.l1 == nil || l.mode != Leased {
+		return nil
+	}
+	var errs []error
+	for _, r := range l.l1.drain(l, func(*entry) bool { return true }, l.clock.Now()) {
+		if err := l.store.Return(ctx, r.key, l.rule, r.credits, r.windowEnd, r.now); err != nil {
+			errs = append(errs, fmt.Errorf("gale: returning %d credits of %q: %w", r.credits, r.key, err))
+			continue
+		}
+		l.counters.creditsReturned.Add(r.credits)
+	}
+	return errors.Join(errs...)
+}

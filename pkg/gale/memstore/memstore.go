@@ -1,0 +1,147 @@
+// Package memstore is the in-memory gale.Store: the embedded default, for a
+// single process. It applies the pure strategies of package gale under a lock
+// per shard, and forgets a key once its state has expired.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+)
+
+const (
+	shardCount = 64
+	// sweepEvery is how many writes a shard takes between sweeps of its
+	// expired keys, so memory follows the live key set.
+	sweepEvery = 4096
+)
+
+// Store is an in-memory gale.Store. The zero value is not usable; call New.
+// It is safe for concurrent use.
+type Store struct {
+	seed   maphash.Seed
+	shards [shardCount]shard
+}
+
+var _ gale.Store = (*Store)(nil)
+
+type shard struct {
+	mu     sync.Mutex
+	keys   map[string]*entry
+	writes int
+	_      [40]byte // keep shards on separate cache lines
+}
+
+type entry struct {
+	state    gale.State
+	expireAt int64 // Unix µs; the state equals the zero State from then on
+}
+
+// New returns an empty Store.
+func New() *Store {
+	s := &Store{seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].keys = make(map[string]*entry)
+	}
+	return s
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%shardCount]
+}
+
+// Check takes cost units of key, or nothing.
+func (s *Store) Check(ctx context.Context, key string, rule gale.Rule, cost int64, now time.Time) (gale.Decision, error) {
+	o, err := s.take(ctx, key, rule, cost, cost, now.UnixMicro())
+	if err != nil {
+		return gale.Decision{}, err
+	}
+	return o.Decision(rule), nil
+}
+
+// Lease takes between min and max units of key.
+func (s *Store) Lease(ctx context.Context, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {
+	us := now.UnixMicro()
+	o, err := s.take(ctx, key, rule, min, max, us)
+	if err != nil {
+		return gale.Grant{}, err
+	}
+	return o.Grant(rule, us), nil
+}
+
+func (s *Store) take(ctx context.Context, key string, rule gale.Rule, min, max, now int64) (gale.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return gale.Outcome{}, err
+	}
+	if err := gale.CheckArgs(rule, min, max); err != nil {
+		return gale.Outcome{}, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.keys[key]
+	var st gale.State
+	if e != nil && e.expireAt > now {
+		st = e.state
+	}
+	next, o := rule.Take(st, now, min, max)
+	if o.Granted > 0 {
+		if e == nil {
+			e = &entry{}
+			sh.keys[key] = e
+		}
+		e.state, e.expireAt = next, o.ExpireAt
+		sh.wrote(now)
+	}
+	return o, nil
+}
+
+// Return gives unused credits back to the window that granted them.
+func (s *Store) Return(ctx context.Context, key string, rule gale.Rule, credits int64, windowEnd, now time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := gale.CheckArgs(rule, 1, 1); err != nil {
+		return err
+	}
+	us := now.UnixMicro()
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.keys[key]
+	if e == nil || e.expireAt <= us {
+		return nil
+	}
+	if next, changed := rule.Give(e.state, us, credits, gale.MicrosOf(windowEnd)); changed {
+		e.state = next
+	}
+	return nil
+}
+
+// Len returns the number of keys held, expired ones not yet swept included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.keys)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (sh *shard) wrote(now int64) {
+	sh.writes++
+	if sh.writes < sweepEvery {
+		return
+	}
+	sh.writes = 0
+	for k, e := range sh.keys {
+		if e.expireAt <= now {
+			delete(sh.keys, k)
+		}
+	}
+}

@@ -1,0 +1,376 @@
+package gale
+
+import (
+	"math"
+	"time"
+)
+
+// State is the stored state of one key under one rule. The zero value is a
+// key never used (a full budget). Which fields a strategy uses:
+//
+//	fixed window, quota: Window, Used
+//	sliding window:      Window, Used, Prev
+//	GCRA:                TAT
+//	token bucket:        Tokens, Refilled
+//
+// All instants are Unix microseconds. A state is meaningless after the
+// ExpireAt its last Take reported: from then on it answers exactly as the zero
+// State does, so a store may drop it.
+type State struct {
+	Window   int64   // start of the window Used counts
+	Used     int64   // units taken in that window
+	Prev     int64   // units taken in the window before it (sliding window)
+	TAT      int64   // theoretical arrival time (GCRA); 0 when idle
+	Tokens   float64 // tokens held at Refilled (token bucket)
+	Refilled int64   // when Tokens was last brought up to date; 0 = never used
+}
+
+// Outcome is a strategy's answer, in Unix microseconds.
+type Outcome struct {
+	Granted    int64 // units taken: 0 on denial
+	Remaining  int64 // units a check at the same instant could still take
+	ResetAt    int64 // when the full limit is available again
+	RetryAfter int64 // µs until the denied amount could be taken; 0 when granted
+	WindowEnd  int64 // end of the window the units were counted in; 0 for GCRA and token bucket
+	ExpireAt   int64 // after this instant the new state equals the zero State
+}
+
+// retryProbes bounds the exact correction of a retry time computed in floating
+// point: the first instant at which the cost fits is found by stepping at most
+// this many microseconds forward, then at most this many back.
+const retryProbes = 8
+
+const usPerDay = int64(24 * time.Hour / time.Microsecond)
+
+// Take takes between min and max units (both ≥ 1, min ≤ max) from state s at
+// now: as many as are available up to max, or nothing when fewer than min are
+// available. A check of cost c is Take(s, now, c, c). A denial returns s
+// unchanged: it consumes nothing. r must be valid.
+//
+// Take is pure; the Lua scripts of the Redis store perform the same
+// arithmetic, operation for operation, and a conformance test holds them to
+// it.
+func (r Rule) Take(s State, now, min, max int64) (State, Outcome) {
+	v := r.view(s, now)
+	avail := v.available(r, now)
+	if avail < min {
+		return s, Outcome{
+			Remaining:  avail,
+			ResetAt:    v.resetAt(r, now),
+			RetryAfter: v.retryAt(r, now, min) - now,
+			WindowEnd:  v.windowEnd(r),
+			ExpireAt:   v.expireAt(r, now),
+		}
+	}
+	g := max
+	if avail < g {
+		g = avail
+	}
+	v.take(r, g)
+	return v.state(r), Outcome{
+		Granted:   g,
+		Remaining: v.available(r, now),
+		ResetAt:   v.resetAt(r, now),
+		WindowEnd: v.windowEnd(r),
+		ExpireAt:  v.expireAt(r, now),
+	}
+}
+
+// Give returns n unused units to s at now. Units of a windowed rule go back
+// only to the window that granted them (windowEnd, as Take reported it); once
+// that window has ended they are gone, and Give changes nothing. It reports
+// whether the state changed; the state's ExpireAt never grows by a Give.
+func (r Rule) Give(s State, now, n, windowEnd int64) (State, bool) {
+	if n <= 0 {
+		return s, false
+	}
+	v := r.view(s, now)
+	if r.Windowed() && (windowEnd != v.we || v.cur == 0) {
+		return s, false
+	}
+	before := v
+	v.give(r, n)
+	if v == before {
+		return s, false
+	}
+	return v.state(r), true
+}
+
+// view is a state brought up to date at an instant.
+type view struct {
+	ws, we    int64   // window bounds (windowed rules)
+	cur, prev int64   // units in the current and the previous window
+	tat       int64   // GCRA: max(TAT, now)
+	tokens    float64 // token bucket: tokens held at last (as stored)
+	last      int64   // token bucket: the instant tokens is for
+	at        int64   // the instant the view was taken
+}
+
+func (r Rule) view(s State, now int64) view {
+	v := view{at: now}
+	switch r.Algorithm {
+	case FixedWindow, Quota:
+		v.ws, v.we = r.WindowBounds(now)
+		if s.Window == v.ws {
+			v.cur = s.Used
+		}
+	case SlidingWindow:
+		v.ws, v.we = r.WindowBounds(now)
+		p := int64(r.Period / time.Microsecond)
+		switch s.Window {
+		case v.ws:
+			v.cur, v.prev = s.Used, s.Prev
+		case v.ws - p:
+			v.prev = s.Used
+		}
+	case GCRA:
+		v.tat = s.TAT
+		if v.tat < now {
+			v.tat = now
+		}
+	case TokenBucket:
+		// Kept as stored: every instant refills from the stored state in one
+		// step, so a denial's RetryAfter and a later Take agree to the µs.
+		v.tokens, v.last = s.Tokens, s.Refilled
+		if s.Refilled == 0 {
+			v.tokens, v.last = float64(r.Capacity()), now
+		}
+	}
+	return v
+}
+
+func (r Rule) periodUS() int64 { return int64(r.Period / time.Microsecond) }
+
+// fillTime is how long a token bucket holding tokens takes to fill, rounded up
+// to the microsecond.
+func (r Rule) fillTime(tokens float64) int64 {
+	return int64(math.Ceil((float64(r.Capacity()) - tokens) * float64(r.periodUS()) / float64(r.Limit)))
+}
+
+// refill returns the tokens a bucket holding tokens at last holds at t: full
+// once its fill time has passed, otherwise topped up at Limit per Period.
+func (r Rule) refill(tokens float64, last, t int64) float64 {
+	if t <= last {
+		return tokens
+	}
+	if t >= last+r.fillTime(tokens) {
+		return float64(r.Capacity())
+	}
+	tokens = tokens + float64(t-last)*float64(r.Limit)/float64(r.periodUS())
+	if b := float64(r.Capacity()); tokens > b {
+		return b
+	}
+	return tokens
+}
+
+// refillTo brings a token bucket view up to its instant.
+func (v *view) refillTo(r Rule) {
+	if v.at > v.last {
+		v.tokens, v.last = r.refill(v.tokens, v.last, v.at), v.at
+	}
+}
+
+// available is how many units can be taken at t from this view (t at or after
+// the view's instant; a windowed view is re-derived when t is in a later
+// window).
+func (v view) available(r Rule, t int64) int64 {
+	var a int64
+	switch r.Algorithm {
+	case FixedWindow, Quota:
+		if t >= v.we {
+			return r.Limit
+		}
+		a = r.Limit - v.cur
+	case SlidingWindow:
+		p := r.periodUS()
+		ws, cur, prev := v.ws, v.cur, v.prev
+		if t >= v.we {
+			ws, cur, prev = v.we, 0, v.cur
+			if t >= v.we+p {
+				return r.Limit
+			}
+		}
+		est := float64(prev)*float64(p-(t-ws))/float64(p) + float64(cur)
+		a = int64(math.Floor(float64(r.Limit) - est))
+	case GCRA:
+		u := float64(v.tat-t) * float64(r.Limit) / float64(r.periodUS())
+		if v.tat <= t {
+			u = 0
+		}
+		a = int64(math.Floor(float64(r.Capacity()) - u))
+	case TokenBucket:
+		a = int64(math.Floor(r.refill(v.tokens, v.last, t)))
+	}
+	if a < 0 {
+		return 0
+	}
+	if c := r.Capacity(); a > c {
+		return c
+	}
+	return a
+}
+
+func (v *view) take(r Rule, n int64) {
+	switch r.Algorithm {
+	case FixedWindow, Quota, SlidingWindow:
+		v.cur += n
+	case GCRA:
+		v.tat += int64(math.Ceil(float64(n) * float64(r.periodUS()) / float64(r.Limit)))
+	case TokenBucket:
+		v.refillTo(r)
+		v.tokens = v.tokens - float64(n)
+	}
+}
+
+func (v *view) give(r Rule, n int64) {
+	switch r.Algorithm {
+	case FixedWindow, Quota, SlidingWindow:
+		v.cur -= n
+		if v.cur < 0 {
+			v.cur = 0
+		}
+	case GCRA:
+		v.tat -= int64(math.Floor(float64(n) * float64(r.periodUS()) / float64(r.Limit)))
+		if v.tat < v.at {
+			v.tat = v.at
+		}
+	case TokenBucket:
+		v.refillTo(r)
+		v.tokens = v.tokens + float64(n)
+		if b := float64(r.Capacity()); v.tokens > b {
+			v.tokens = b
+		}
+	}
+}
+
+func (v view) state(r Rule) State {
+	switch r.Algorithm {
+	case FixedWindow, Quota:
+		return State{Window: v.ws, Used: v.cur}
+	case SlidingWindow:
+		return State{Window: v.ws, Used: v.cur, Prev: v.prev}
+	case GCRA:
+		return State{TAT: v.tat}
+	case TokenBucket:
+		return State{Tokens: v.tokens, Refilled: v.last}
+	}
+	return State{}
+}
+
+func (v view) windowEnd(r Rule) int64 {
+	if r.Windowed() {
+		return v.we
+	}
+	return 0
+}
+
+func (v view) resetAt(r Rule, now int64) int64 {
+	switch r.Algorithm {
+	case GCRA:
+		return v.tat
+	case TokenBucket:
+		at := v
+		at.refillTo(r)
+		return at.last + r.fillTime(at.tokens)
+	}
+	return v.we
+}
+
+func (v view) expireAt(r Rule, now int64) int64 {
+	if r.Algorithm == SlidingWindow {
+		return v.we + r.periodUS()
+	}
+	return v.resetAt(r, now)
+}
+
+// retryAt is the first instant at which need units fit, when nothing else is
+// taken meanwhile. A need above the rule's capacity never fits: it reports the
+// next full reset (for the sliding window, the end of the next window).
+func (v view) retryAt(r Rule, now, need int64) int64 {
+	if need > r.Capacity() {
+		if r.Algorithm == SlidingWindow {
+			return v.we + r.periodUS()
+		}
+		if at := v.resetAt(r, now); at > now {
+			return at
+		}
+		return now + r.periodUS()
+	}
+	var t int64
+	switch r.Algorithm {
+	case FixedWindow, Quota:
+		return v.we
+	case SlidingWindow:
+		p := r.periodUS()
+		if v.cur <= r.Limit-need && v.prev > 0 {
+			t = v.ws + int64(math.Ceil(float64(p)-float64(r.Limit-need-v.cur)*float64(p)/float64(v.prev)))
+		} else {
+			t = v.we + int64(math.Ceil(float64(p)-float64(r.Limit-need)*float64(p)/float64(v.cur)))
+		}
+	case GCRA:
+		t = v.tat - int64(math.Floor(float64(r.Capacity()-need)*float64(r.periodUS())/float64(r.Limit)))
+	case TokenBucket:
+		at := v
+		at.refillTo(r)
+		t = at.last + int64(math.Ceil((float64(need)-at.tokens)*float64(r.periodUS())/float64(r.Limit)))
+	}
+	if t <= now {
+		t = now + 1
+	}
+	// The estimate is floating point: correct it to the first microsecond at
+	// which the cost fits, stepping forward while it does not fit yet, then
+	// back while it already fit a microsecond earlier.
+	for i := 0; i < retryProbes && v.available(r, t) < need; i++ {
+		t++
+	}
+	for i := 0; i < retryProbes && t-1 > now && v.available(r, t-1) >= need; i++ {
+		t--
+	}
+	return t
+}
+
+// WindowBounds returns the window [start, end) holding now (Unix µs) for the
+// windowed strategies; (0, 0) for GCRA and the token bucket.
+func (r Rule) WindowBounds(now int64) (start, end int64) {
+	switch r.Algorithm {
+	case FixedWindow, SlidingWindow:
+		p := r.periodUS()
+		start = floorDiv(now, p) * p
+		return start, start + p
+	case Quota:
+		return calendarBounds(r.Calendar, now)
+	}
+	return 0, 0
+}
+
+func calendarBounds(c Calendar, now int64) (start, end int64) {
+	switch c {
+	case Day:
+		start = floorDiv(now, usPerDay) * usPerDay
+		return start, start + usPerDay
+	case Week:
+		// 1970-01-01 was a Thursday; weeks start on Monday, three days earlier.
+		const week = 7 * usPerDay
+		start = floorDiv(now+3*usPerDay, week)*week - 3*usPerDay
+		return start, start + week
+	}
+	t := time.UnixMicro(now).UTC()
+	y, m, _ := t.Date()
+	var from, to time.Time
+	if c == Month {
+		from = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+		to = from.AddDate(0, 1, 0)
+	} else {
+		from = time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC)
+		to = from.AddDate(1, 0, 0)
+	}
+	return from.UnixMicro(), to.UnixMicro()
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
