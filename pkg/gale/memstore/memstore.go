@@ -14,8 +14,10 @@ import (
 
 const (
 	shardCount = 64
-	// sweepEvery is how many writes a shard takes between sweeps of its
-	// expired keys, so memory follows the live key set.
+	// sweepEvery is the least number of operations a shard takes between
+	// sweeps of its expired keys, so memory follows the live key set. A shard
+	// holding more keys waits that many operations: a sweep costs O(1) per
+	// operation, amortised.
 	sweepEvery = 4096
 )
 
@@ -31,7 +33,7 @@ var _ gale.Store = (*Store)(nil)
 type shard struct {
 	mu     sync.Mutex
 	keys   map[string]*entry
-	writes int
+	ops    int // operations since the last sweep
 	_      [40]byte // keep shards on separate cache lines
 }
 
@@ -94,8 +96,8 @@ func (s *Store) take(ctx context.Context, key string, rule gale.Rule, min, max, 
 			sh.keys[key] = e
 		}
 		e.state, e.expireAt = next, o.ExpireAt
-		sh.wrote(now)
 	}
+	sh.tick(now)
 	return o, nil
 }
 
@@ -133,12 +135,14 @@ func (s *Store) Len() int {
 	return n
 }
 
-func (sh *shard) wrote(now int64) {
-	sh.writes++
-	if sh.writes < sweepEvery {
+// tick counts an operation and sweeps the shard when enough have passed.
+// Called with sh locked.
+func (sh *shard) tick(now int64) {
+	sh.ops++
+	if sh.ops < max(sweepEvery, len(sh.keys)) {
 		return
 	}
-	sh.writes = 0
+	sh.ops = 0
 	for k, e := range sh.keys {
 		if e.expireAt <= now {
 			delete(sh.keys, k)
