@@ -31,10 +31,10 @@ type Store struct {
 var _ gale.Store = (*Store)(nil)
 
 type shard struct {
-	mu     sync.Mutex
-	keys   map[string]*entry
-	ops    int // operations since the last sweep
-	_      [40]byte // keep shards on separate cache lines
+	mu   sync.Mutex
+	keys map[string]*entry
+	ops  int      // operations since the last sweep
+	_    [40]byte // keep shards on separate cache lines
 }
 
 type entry struct {
