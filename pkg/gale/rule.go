@@ -87,8 +87,10 @@ func (c Calendar) String() string {
 	return fmt.Sprintf("Calendar(%d)", uint8(c))
 }
 
-// Bounds on rule parameters. They keep every intermediate value of the window
-// math exact in float64 (and so in Redis's Lua, whose numbers are doubles).
+// Bounds on rule parameters. With instants before 2255 (Unix µs below 2^53)
+// they keep every instant the strategies compute exact in float64, and so in
+// Redis's Lua, whose numbers are doubles: a window, or a bucket's fill time
+// (Burst·Period/Limit), is at most MaxPeriod.
 const (
 	MaxLimit  = 1 << 40
 	MaxPeriod = 10 * 366 * 24 * time.Hour
@@ -148,6 +150,12 @@ func (r Rule) Validate() error {
 	case GCRA, TokenBucket:
 		if r.Burst < 0 || r.Burst > MaxLimit {
 			return bad("burst %d is outside 0..%d", r.Burst, int64(MaxLimit))
+		}
+		// The time an empty bucket takes to fill: every instant the strategy
+		// computes lies within it of now, so it must fit the period bound too.
+		fill := float64(r.Capacity()) * float64(r.Period) / float64(r.Limit)
+		if fill > float64(MaxPeriod) {
+			return bad("burst %d at %d per %v takes %v to refill, above %v", r.Capacity(), r.Limit, r.Period, time.Duration(fill), MaxPeriod)
 		}
 	default:
 		if r.Burst != 0 {

@@ -42,6 +42,18 @@ func CheckArgs(rule Rule, min, max int64) error {
 	return nil
 }
 
+// CheckReturn validates the arguments of Return; stores call it first.
+// Credits ≤ 0 are valid and change nothing.
+func CheckReturn(rule Rule, credits int64) error {
+	if err := rule.Validate(); err != nil {
+		return err
+	}
+	if credits > MaxLimit {
+		return fmt.Errorf("%w (returning %d)", ErrInvalidCost, credits)
+	}
+	return nil
+}
+
 // Decision converts a strategy outcome to a Decision for rule.
 func (o Outcome) Decision(rule Rule) Decision {
 	return Decision{

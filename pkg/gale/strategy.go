@@ -49,7 +49,9 @@ const usPerDay = int64(24 * time.Hour / time.Microsecond)
 //
 // Take is pure; the Lua scripts of the Redis store perform the same
 // arithmetic, operation for operation, and a conformance test holds them to
-// it.
+// it. Keep it that way: every product here is divided before anything is
+// added to it, so no compiler can fuse a multiply-add (which Lua never does);
+// a new a + b*c must be written a + float64(b*c).
 func (r Rule) Take(s State, now, min, max int64) (State, Outcome) {
 	v := r.view(s, now)
 	avail := v.available(r, now)

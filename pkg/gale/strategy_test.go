@@ -232,6 +232,8 @@ func TestRuleValidate(t *testing.T) {
 		{"quota with period", gale.Rule{Algorithm: gale.Quota, Limit: 1, Calendar: gale.Day, Period: time.Hour}, false},
 		{"calendar on gcra", gale.Rule{Algorithm: gale.GCRA, Limit: 1, Period: time.Second, Calendar: gale.Day}, false},
 		{"negative burst", gale.Rule{Algorithm: gale.TokenBucket, Limit: 1, Period: time.Second, Burst: -1}, false},
+		{"bucket refilling for centuries", gale.Rule{Algorithm: gale.GCRA, Limit: 1, Period: 24 * time.Hour, Burst: 1 << 20}, false},
+		{"bucket refilling within bounds", gale.Rule{Algorithm: gale.TokenBucket, Limit: 1, Period: 24 * time.Hour, Burst: 365}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.rule.Validate(); (err == nil) != tc.ok {

@@ -106,7 +106,7 @@ func (s *Store) Return(ctx context.Context, key string, rule gale.Rule, credits 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := gale.CheckArgs(rule, 1, 1); err != nil {
+	if err := gale.CheckReturn(rule, credits); err != nil {
 		return err
 	}
 	us := now.UnixMicro()

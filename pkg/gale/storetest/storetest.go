@@ -114,6 +114,7 @@ func invalidArguments(t *testing.T, s gale.Store) {
 			return err
 		}, gale.ErrInvalidRule},
 		{"return with zero rule", func() error { return s.Return(ctx, "k", gale.Rule{}, 1, now, now) }, gale.ErrInvalidRule},
+		{"return above MaxLimit", func() error { return s.Return(ctx, "k", good, gale.MaxLimit+1, now, now) }, gale.ErrInvalidCost},
 	} {
 		if err := tc.call(); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)

@@ -1,0 +1,239 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+)
+
+// lastInstant bounds the differential clock: big jumps stop past it, well
+// before 2^53 µs (2255), the end of the instants a script computes exactly.
+var lastInstant = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// randomRule draws a rule of any strategy and calendar. A bucket's Burst·Period/
+// Limit (its fill time) stays under 30 years, so that TAT and fill times stay
+// exact in doubles (strategy.go does not bound them).
+func randomRule(rng *rand.Rand) gale.Rule {
+	limits := []int64{1, 2, 3, 5, 10, 100, 1000, 1_000_000, gale.MaxLimit}
+	periods := []time.Duration{us, 7 * us, ms, s1, 59 * s1, time.Hour, 24 * time.Hour, 30 * 24 * time.Hour, 400 * 24 * time.Hour, gale.MaxPeriod}
+	for {
+		r := gale.Rule{Algorithm: gale.Algorithm(1 + rng.IntN(5)), Limit: limits[rng.IntN(len(limits))]}
+		if rng.IntN(3) == 0 {
+			r.Limit = 1 + rng.Int64N(50)
+		}
+		if r.Algorithm == gale.Quota {
+			r.Calendar = gale.Calendar(1 + rng.IntN(4))
+			return r
+		}
+		r.Period = periods[rng.IntN(len(periods))]
+		if rng.IntN(3) == 0 {
+			r.Period = time.Duration(1+rng.Int64N(int64(10*time.Second/us))) * us
+		}
+		if r.Algorithm == gale.GCRA || r.Algorithm == gale.TokenBucket {
+			r.Burst = min(rng.Int64N(3*r.Limit+1), gale.MaxLimit)
+		}
+		fill := float64(r.Capacity()) * float64(r.Period/us) / float64(r.Limit)
+		if fill < 30*365*24*3600e6 {
+			return r
+		}
+	}
+}
+
+func randomCost(rng *rand.Rand, r gale.Rule) int64 {
+	c := r.Capacity()
+	switch x := rng.IntN(10); {
+	case x < 5:
+		return 1 + rng.Int64N(min(c, 3))
+	case x < 9:
+		return 1 + rng.Int64N(c)
+	default:
+		return min(c+1+rng.Int64N(3), gale.MaxLimit)
+	}
+}
+
+// span is a rule's characteristic time: its period, or a day for quotas.
+func span(r gale.Rule) time.Duration {
+	if r.Algorithm == gale.Quota {
+		return 24 * time.Hour
+	}
+	return r.Period
+}
+
+// TestDifferential drives the memory store and the Redis store with one
+// random schedule — a few keys, each with a rule (a windowed one sometimes
+// changes), costs above capacity, checks, leases and returns (live, stale and
+// made-up windows), clock steps onto window boundaries, retry instants and
+// reset instants and a microsecond either side, and jumps across months and
+// years — and requires the same answer, field by field, at every step:
+// 3 × 8000 steps.
+func TestDifferential(t *testing.T) {
+	st, _ := newStore(t, redisstore.Options{})
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { differential(t, memstore.New(), st, seed, 8000) })
+	}
+}
+
+func differential(t *testing.T, ref, sut gale.Store, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 42))
+	ctx := context.Background()
+	type keyState struct {
+		name string
+		rule gale.Rule
+	}
+	keys := make([]keyState, 6)
+	for i := range keys {
+		keys[i] = keyState{fmt.Sprintf("diff/%d/%d/%d", seed, time.Now().UnixNano(), i), randomRule(rng)}
+	}
+	type held struct {
+		key     int
+		rule    gale.Rule
+		credits int64
+		end     time.Time
+	}
+	var leases []held
+	var last gale.Decision // the latest answer, for jumps to its retry and reset instants
+	now := timeline()
+	var log []string
+	fail := func(format string, args ...any) {
+		t.Helper()
+		if len(log) > 10 {
+			log = log[len(log)-10:]
+		}
+		t.Fatalf("seed %d: %s\nlast steps:%s", seed, fmt.Sprintf(format, args...), strings.Join(log, ""))
+	}
+	for i := 0; i < steps; i++ {
+		k := rng.IntN(len(keys))
+		if rng.IntN(25) == 0 && keys[k].rule.Windowed() {
+			// The state of one windowed rule read by another (they share the
+			// fields w, c and p). Bucket states stay with their rule: read by
+			// another they leave the range the arithmetic is exact in (tokens
+			// above the capacity give a fill time below −2^53).
+			if nr := randomRule(rng); nr.Windowed() {
+				keys[k].rule = nr
+			}
+		}
+		key, r := keys[k].name, keys[k].rule
+		next := now
+		switch x := rng.IntN(100); {
+		case x < 20: // the same instant
+		case x < 45:
+			next = now.Add(time.Duration(rng.Int64N(int64(span(r)/4) + 1)))
+		case x < 65:
+			_, end := r.WindowBounds(now.UnixMicro())
+			if end == 0 {
+				end = now.Add(span(r)).UnixMicro()
+			}
+			next = time.UnixMicro(end + rng.Int64N(3) - 1)
+		case x < 80:
+			to := last.ResetAt
+			if rng.IntN(2) == 0 && last.RetryAfter > 0 {
+				to = now.Add(last.RetryAfter)
+			}
+			next = to.Add(time.Duration(rng.Int64N(3)-1) * us)
+		case x < 81:
+			next = now.AddDate(rng.IntN(3), rng.IntN(13), 0)
+		default:
+			next = now.Add(time.Duration(rng.Int64N(int64(ms))))
+		}
+		if next.After(now) && next.Before(lastInstant) {
+			now = next
+		}
+		now = now.Truncate(us).UTC()
+		cost := randomCost(rng, r)
+		switch op := rng.IntN(10); {
+		case op < 5:
+			log = append(log, fmt.Sprintf("\n  %d %v check %d %v cost %d", i, now.Format(time.RFC3339Nano), k, r, cost))
+			a, errA := ref.Check(ctx, key, r, cost, now)
+			b, errB := sut.Check(ctx, key, r, cost, now)
+			if errA != nil || errB != nil {
+				fail("errors: ref %v, sut %v", errA, errB)
+			}
+			if !sameDecision(a, b) {
+				fail("Check differs:\n  ref %+v\n  sut %+v", a, b)
+			}
+			last = a
+		case op < 8:
+			max := min(cost+rng.Int64N(2*r.Capacity()+1), gale.MaxLimit)
+			log = append(log, fmt.Sprintf("\n  %d %v lease %d %v %d..%d", i, now.Format(time.RFC3339Nano), k, r, cost, max))
+			a, errA := ref.Lease(ctx, key, r, cost, max, now)
+			b, errB := sut.Lease(ctx, key, r, cost, max, now)
+			if errA != nil || errB != nil {
+				fail("errors: ref %v, sut %v", errA, errB)
+			}
+			if a.Granted != b.Granted || !a.WindowEnd.Equal(b.WindowEnd) || !a.Now.Equal(b.Now) || !sameDecision(a.Decision, b.Decision) {
+				fail("Lease differs:\n  ref %+v\n  sut %+v", a, b)
+			}
+			if a.Granted > 0 {
+				leases = append(leases, held{k, r, a.Granted, a.WindowEnd})
+			}
+			last = a.Decision
+		default:
+			var h held
+			switch {
+			case len(leases) > 0 && rng.IntN(5) > 0:
+				j := rng.IntN(len(leases))
+				h = leases[j]
+				leases = append(leases[:j], leases[j+1:]...)
+				h.credits = rng.Int64N(h.credits+3) - 1 // -1 … credits+1
+			default: // a made-up window, maybe the live one
+				_, end := r.WindowBounds(now.UnixMicro())
+				h = held{k, r, 1 + rng.Int64N(r.Capacity()), time.Time{}}
+				if end != 0 && rng.IntN(3) > 0 {
+					h.end = time.UnixMicro(end + rng.Int64N(3) - 1)
+				}
+			}
+			key = keys[h.key].name
+			log = append(log, fmt.Sprintf("\n  %d %v return %d %v %d of window %v", i, now.Format(time.RFC3339Nano), h.key, h.rule, h.credits, h.end))
+			errA := ref.Return(ctx, key, h.rule, h.credits, h.end, now)
+			errB := sut.Return(ctx, key, h.rule, h.credits, h.end, now)
+			if errA != nil || errB != nil {
+				fail("errors: ref %v, sut %v", errA, errB)
+			}
+		}
+		if len(log) > 64 {
+			log = log[32:]
+		}
+	}
+}
+
+func sameDecision(a, b gale.Decision) bool {
+	return a.Allowed == b.Allowed && a.Limit == b.Limit && a.Remaining == b.Remaining &&
+		a.ResetAt.Equal(b.ResetAt) && a.RetryAfter == b.RetryAfter && a.Fallback == b.Fallback
+}
+
+// TestCalendarBounds compares the scripts' calendar arithmetic (Hinnant's
+// civil-from-days in Lua) with the time package over random instants to 2250,
+// the boundaries of every month and a microsecond either side of them.
+func TestCalendarBounds(t *testing.T) {
+	st, _ := newStore(t, redisstore.Options{})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 3))
+	start := timeline()
+	var instants []time.Time
+	for m := 0; m < 12*225; m += 1 + rng.IntN(5) {
+		b := time.Date(start.Year(), start.Month()+time.Month(m)+1, 1, 0, 0, 0, 0, time.UTC)
+		instants = append(instants, b.Add(-us), b, b.Add(us))
+		instants = append(instants, b.Add(time.Duration(rng.Int64N(int64(28*24*time.Hour)))).Truncate(us))
+	}
+	for c := gale.Day; c <= gale.Year; c++ {
+		r := gale.Rule{Algorithm: gale.Quota, Limit: 1 << 30, Calendar: c}
+		key := fmt.Sprintf("calendar/%d/%v", time.Now().UnixNano(), c)
+		for _, at := range instants {
+			g, err := st.Lease(ctx, key, r, 1, 1, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, end := r.WindowBounds(at.UnixMicro())
+			if g.WindowEnd.UnixMicro() != end || g.Granted != 1 {
+				t.Fatalf("%v at %v: window end %v, want %v", c, at, g.WindowEnd, time.UnixMicro(end).UTC())
+			}
+		}
+	}
+}

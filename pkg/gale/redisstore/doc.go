@@ -1,0 +1,55 @@
+// Package redisstore is the Redis gale.Store: the shared tier (L2) a fleet of
+// sidecars asks. Each operation is one Lua script run atomically by Redis;
+// the scripts perform the arithmetic of gale.Rule.Take and gale.Rule.Give
+// operation for operation, so the Redis store and the memory store give the
+// same decisions step for step (a differential test holds them to it).
+//
+// # What it stores
+//
+// The state of one key under one rule is one Redis hash with the fields of
+// gale.State — w (Window), c (Used), p (Prev), t (TAT), k (Tokens),
+// u (Refilled) — plus x, the ExpireAt of the last Take, from which on the
+// state counts as the zero State (as the memory store forgets it). Numbers are
+// written with %.17g, so floats round-trip exactly; a missing field is 0. A
+// denial writes nothing, nor does a Return that changes nothing. After a Take
+// writes, the key expires (PEXPIREAT) at ExpireAt rounded up to the
+// millisecond, so memory follows the live key set.
+//
+// # Key layout and Redis Cluster
+//
+// The hash of key k is Prefix + "{" + k + "}". The braces are a Redis Cluster
+// hash tag: every Redis key derived from one limit key hashes to one slot. A
+// key may hold any bytes, braces included; then the hash tag is only a prefix
+// of k, which still maps each k to one deterministic slot. Keys are not
+// escaped: the caller (the engine) encodes them unambiguously.
+//
+// # Time
+//
+// By default the scripts use the now each call passes, so tests can drive
+// the store with a fake clock and compare it with the memory store. With
+// Options.ServerTime they read Redis's own clock (TIME) instead: the
+// production setting, so that every node of a fleet agrees on window
+// boundaries whatever its own clock says. Grant.Now then carries Redis's
+// time, and Grant.WindowEnd − Grant.Now is how long leased credits live.
+// Without ServerTime, Redis still expires keys by its own clock: callers'
+// clocks must not run behind Redis's by more than the shortest time a key
+// lives (a state expired early answers as a fresh one).
+//
+// # Pipelining
+//
+// Concurrent operations share round trips. A call queues a small request and
+// waits; Options.Pipelines dispatcher goroutines each take a request, drain
+// whatever else is queued (up to Options.MaxBatch) without waiting, and send
+// the lot in one pipeline of EVALSHAs. Under load a round trip carries many
+// operations; a lone caller pays one round trip and no batching delay. A
+// NOSCRIPT reply (after SCRIPT FLUSH, a restart or a failover) is answered by
+// sending the script source with EVAL, which also caches it again. Stats
+// counts operations and round trips.
+//
+// The scripts need Redis 5 or later (effects replication, which lets a script
+// write after reading TIME); they are tested on Redis 7.
+//
+// The go-redis client's own retries apply to each pipeline: a retry after a
+// lost reply can apply an operation twice. Set the client's MaxRetries to -1
+// where at-most-once matters more than riding out a dropped connection.
+package redisstore

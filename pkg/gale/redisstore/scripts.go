@@ -1,0 +1,68 @@
+package redisstore
+
+import (
+	"crypto/sha1"
+	_ "embed" // the Lua scripts
+	"encoding/hex"
+)
+
+// Each script is the shared part — the arguments and the state hash
+// (prelude.lua), window bounds (window.lua) and the strategy arithmetic
+// (strategy.lua) — followed by one operation's body. See scripts/prelude.lua
+// for the argument layout.
+var (
+	//go:embed scripts/prelude.lua
+	preludeLua string
+	//go:embed scripts/window.lua
+	windowLua string
+	//go:embed scripts/strategy.lua
+	strategyLua string
+	//go:embed scripts/check.lua
+	checkLua string
+	//go:embed scripts/lease.lua
+	leaseLua string
+	//go:embed scripts/return.lua
+	returnLua string
+)
+
+// op is one of the three store operations, each with its own script.
+type op uint8
+
+const (
+	opCheck op = iota
+	opLease
+	opReturn
+)
+
+func (o op) String() string {
+	switch o {
+	case opCheck:
+		return "check"
+	case opLease:
+		return "lease"
+	}
+	return "return"
+}
+
+// script is a Lua source with its SHA1 digest, the name EVALSHA calls it by.
+// The digest is computed here rather than taken from SCRIPT LOAD, so the store
+// needs no round trip to start: the first EVALSHA on a server that has not
+// seen the script fails with NOSCRIPT, and the EVAL that follows caches it.
+type script struct {
+	// src and sha are boxed once, so that putting them in a command's
+	// arguments does not allocate.
+	src, sha any
+}
+
+func newScript(body string) script {
+	src := preludeLua + "\n" + windowLua + "\n" + strategyLua + "\n" + body
+	sum := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// scripts holds the script of each op, indexed by op.
+var scripts = [...]script{
+	opCheck:  newScript(checkLua),
+	opLease:  newScript(leaseLua),
+	opReturn: newScript(returnLua),
+}
