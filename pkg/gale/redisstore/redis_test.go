@@ -12,6 +12,7 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+	"github.com/throttlekit/throttlekit/pkg/gale/storetest"
 )
 
 var (
@@ -110,7 +111,7 @@ func TestExpiredStateIsZero(t *testing.T) {
 	// window it would be the previous window's 8.
 	a, _ := ref.Check(ctx, "k", sliding, 5, t0.Add(time.Minute))
 	b, err := s.Check(ctx, "k", sliding, 5, t0.Add(time.Minute))
-	if err != nil || !sameDecision(a, b) || !b.Allowed {
+	if err != nil || !storetest.SameDecision(a, b) || !b.Allowed {
 		t.Fatalf("memory %+v, redis %+v (%v)", a, b, err)
 	}
 }

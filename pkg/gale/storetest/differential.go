@@ -4,179 +4,205 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
-// Differential drives ref and sut with one random schedule of steps operations
-// from seed — keys bound to rules of all five strategies, every calendar,
-// costs up to above capacity, checks, leases and returns (of live and of
-// stale windows), and clock steps that land on window boundaries and a
-// microsecond either side of them — and fails at the first step where the two
-// stores answer differently. The schedule is printed on failure.
-func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
-	run := fmt.Sprintf("diff/%d/%d", seed, time.Now().UnixNano())
-	keys := randomKeys(rng, run)
-	now := Timeline()
-	type held struct {
-		key       int
-		credits   int64
-		windowEnd time.Time
-	}
-	var leases []held
-	var log []string
-	fail := func(format string, args ...any) {
-		t.Helper()
-		tail := log
-		if len(tail) > 12 {
-			tail = tail[len(tail)-12:]
-		}
-		t.Fatalf("seed %d step %d: %s\nlast steps:\n  %s", seed, len(log), fmt.Sprintf(format, args...), joinLines(tail))
-	}
-	ctx := context.Background()
-	// The clock stays before 2150, well inside the instants a store can
-	// compute with exactly (Lua's doubles hold Unix µs up to 2255).
-	horizon := time.Date(2150, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := 0; i < steps; i++ {
-		k := rng.IntN(len(keys))
-		key, r := keys[k].name, keys[k].rule
-		was := now
-		switch x := rng.IntN(100); {
-		case x < 25:
-			// stay at this instant
-		case x < 55:
-			now = now.Add(time.Duration(rng.Int64N(int64(spanOf(r)/4) + 1)))
-		case x < 75:
-			_, end := r.WindowBounds(now.UnixMicro())
-			if end == 0 {
-				end = now.Add(spanOf(r)).UnixMicro()
-			}
-			now = time.UnixMicro(end + rng.Int64N(3) - 1).UTC()
-		case x < 78:
-			now = now.AddDate(0, 0, rng.IntN(400))
-		default:
-			now = now.Add(time.Duration(rng.Int64N(int64(time.Millisecond))))
-		}
-		if now.After(horizon) {
-			now = was
-		}
-		now = now.Truncate(time.Microsecond)
-		cost := randomCost(rng, r)
-		switch op := rng.IntN(10); {
-		case op < 5:
-			log = append(log, fmt.Sprintf("%v check %s (%v) cost %d", now.Format(time.RFC3339Nano), key, r, cost))
-			a, errA := ref.Check(ctx, key, r, cost, now)
-			b, errB := sut.Check(ctx, key, r, cost, now)
-			if errA != nil || errB != nil {
-				fail("errors: ref %v, sut %v", errA, errB)
-			}
-			if !sameDecision(a, b) {
-				fail("Check differs:\n  ref %+v\n  sut %+v", a, b)
-			}
-		case op < 8:
-			max := cost + rng.Int64N(2*r.Capacity()+1)
-			log = append(log, fmt.Sprintf("%v lease %s (%v) %d..%d", now.Format(time.RFC3339Nano), key, r, cost, max))
-			a, errA := ref.Lease(ctx, key, r, cost, max, now)
-			b, errB := sut.Lease(ctx, key, r, cost, max, now)
-			if errA != nil || errB != nil {
-				fail("errors: ref %v, sut %v", errA, errB)
-			}
-			if a.Granted != b.Granted || !a.WindowEnd.Equal(b.WindowEnd) || !a.Now.Equal(b.Now) || !sameDecision(a.Decision, b.Decision) {
-				fail("Lease differs:\n  ref %+v\n  sut %+v", a, b)
-			}
-			if a.Granted > 0 {
-				leases = append(leases, held{k, a.Granted, a.WindowEnd})
-			}
-		default:
-			if len(leases) == 0 {
-				continue
-			}
-			j := rng.IntN(len(leases))
-			l := leases[j]
-			leases = append(leases[:j], leases[j+1:]...)
-			n := 1 + rng.Int64N(l.credits)
-			key, r = keys[l.key].name, keys[l.key].rule
-			log = append(log, fmt.Sprintf("%v return %s (%v) %d of window %v", now.Format(time.RFC3339Nano), key, r, n, l.windowEnd))
-			errA := ref.Return(ctx, key, r, n, l.windowEnd, now)
-			errB := sut.Return(ctx, key, r, n, l.windowEnd, now)
-			if errA != nil || errB != nil {
-				fail("errors: ref %v, sut %v", errA, errB)
-			}
-		}
-	}
-}
+const (
+	us = time.Microsecond
+	ms = time.Millisecond
+)
 
-type boundKey struct {
-	name string
-	rule gale.Rule
-}
+// lastInstant bounds the differential clock: big jumps stop past it, well
+// before 2^53 µs (2255), the end of the instants a store's scripts compute
+// exactly in doubles.
+var lastInstant = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// randomKeys binds each key to one rule (a key never changes strategy: the
-// engine puts the rule's identity into its keys).
-func randomKeys(rng *rand.Rand, run string) []boundKey {
-	var keys []boundKey
-	add := func(r gale.Rule) {
-		if err := r.Validate(); err != nil {
-			panic(err) // a bug in this generator
+// Differential drives ref and sut with one random schedule of steps
+// operations from seed and fails at the first step where they answer
+// differently, printing the steps before it. The schedule: a few keys, each
+// with a rule of any strategy and calendar, extreme limits and periods
+// included (a windowed rule sometimes changes to another windowed rule, as
+// their states share fields); costs up to above capacity; checks, leases and
+// returns (of live, stale and made-up windows, of -1 to credits+1 units);
+// clock steps onto window boundaries, retry and reset instants and a
+// microsecond either side, and jumps across months and years.
+func randomRule(rng *rand.Rand) gale.Rule {
+	limits := []int64{1, 2, 3, 5, 10, 100, 1000, 1_000_000, gale.MaxLimit}
+	periods := []time.Duration{us, 7 * us, ms, time.Second, 59 * time.Second, time.Hour, 24 * time.Hour, 30 * 24 * time.Hour, 400 * 24 * time.Hour, gale.MaxPeriod}
+	for {
+		r := gale.Rule{Algorithm: gale.Algorithm(1 + rng.IntN(5)), Limit: limits[rng.IntN(len(limits))]}
+		if rng.IntN(3) == 0 {
+			r.Limit = 1 + rng.Int64N(50)
 		}
-		keys = append(keys, boundKey{fmt.Sprintf("%s/%d/%v", run, len(keys), r.Algorithm), r})
-	}
-	periods := []time.Duration{time.Microsecond * 7, time.Millisecond, time.Second, 3 * time.Second, time.Minute, 90 * time.Minute, 24 * time.Hour, 30 * 24 * time.Hour}
-	limits := []int64{1, 2, 3, 7, 10, 100, 1000, 1 << 30}
-	for _, a := range []gale.Algorithm{gale.FixedWindow, gale.SlidingWindow, gale.GCRA, gale.TokenBucket} {
-		for i := 0; i < 3; i++ {
-			r := gale.Rule{Algorithm: a, Limit: limits[rng.IntN(len(limits))], Period: periods[rng.IntN(len(periods))]}
-			if a == gale.GCRA || a == gale.TokenBucket {
-				r.Burst = rng.Int64N(2 * r.Limit)
-				if r.Burst > gale.MaxLimit {
-					r.Burst = gale.MaxLimit
-				}
-			}
-			add(r)
+		if r.Algorithm == gale.Quota {
+			r.Calendar = gale.Calendar(1 + rng.IntN(4))
+			return r
+		}
+		r.Period = periods[rng.IntN(len(periods))]
+		if rng.IntN(3) == 0 {
+			r.Period = time.Duration(1+rng.Int64N(int64(10*time.Second/us))) * us
+		}
+		if r.Algorithm == gale.GCRA || r.Algorithm == gale.TokenBucket {
+			r.Burst = min(rng.Int64N(3*r.Limit+1), gale.MaxLimit)
+		}
+		fill := float64(r.Capacity()) * float64(r.Period/us) / float64(r.Limit)
+		if fill < 30*365*24*3600e6 {
+			return r
 		}
 	}
-	for c := gale.Day; c <= gale.Year; c++ {
-		add(gale.Rule{Algorithm: gale.Quota, Limit: limits[rng.IntN(4)+2], Calendar: c})
-	}
-	return keys
 }
 
 func randomCost(rng *rand.Rand, r gale.Rule) int64 {
 	c := r.Capacity()
 	switch x := rng.IntN(10); {
-	case x < 6:
+	case x < 5:
 		return 1 + rng.Int64N(min(c, 3))
 	case x < 9:
 		return 1 + rng.Int64N(c)
 	default:
-		return c + 1 + rng.Int64N(2)
+		return min(c+1+rng.Int64N(3), gale.MaxLimit)
 	}
 }
 
-// spanOf is the rule's characteristic time: its period, or a day for quotas.
-func spanOf(r gale.Rule) time.Duration {
+// span is a rule's characteristic time: its period, or a day for quotas.
+func span(r gale.Rule) time.Duration {
 	if r.Algorithm == gale.Quota {
 		return 24 * time.Hour
 	}
 	return r.Period
 }
 
-func sameDecision(a, b gale.Decision) bool {
-	return a.Allowed == b.Allowed && a.Limit == b.Limit && a.Remaining == b.Remaining &&
-		a.ResetAt.Equal(b.ResetAt) && a.RetryAfter == b.RetryAfter && a.Fallback == b.Fallback
+func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(uint64(seed), 42))
+	ctx := context.Background()
+	type keyState struct {
+		name string
+		rule gale.Rule
+	}
+	keys := make([]keyState, 6)
+	for i := range keys {
+		keys[i] = keyState{fmt.Sprintf("diff/%d/%d/%d", seed, time.Now().UnixNano(), i), randomRule(rng)}
+	}
+	type held struct {
+		key     int
+		rule    gale.Rule
+		credits int64
+		end     time.Time
+	}
+	var leases []held
+	var last gale.Decision // the latest answer, for jumps to its retry and reset instants
+	now := Timeline()
+	var log []string
+	fail := func(format string, args ...any) {
+		t.Helper()
+		if len(log) > 10 {
+			log = log[len(log)-10:]
+		}
+		t.Fatalf("seed %d: %s\nlast steps:%s", seed, fmt.Sprintf(format, args...), strings.Join(log, ""))
+	}
+	for i := 0; i < steps; i++ {
+		k := rng.IntN(len(keys))
+		if rng.IntN(25) == 0 && keys[k].rule.Windowed() {
+			// The state of one windowed rule read by another (they share the
+			// fields w, c and p). Bucket states stay with their rule: read by
+			// another they leave the range the arithmetic is exact in (tokens
+			// above the capacity give a fill time below −2^53).
+			if nr := randomRule(rng); nr.Windowed() {
+				keys[k].rule = nr
+			}
+		}
+		key, r := keys[k].name, keys[k].rule
+		next := now
+		switch x := rng.IntN(100); {
+		case x < 20: // the same instant
+		case x < 45:
+			next = now.Add(time.Duration(rng.Int64N(int64(span(r)/4) + 1)))
+		case x < 65:
+			_, end := r.WindowBounds(now.UnixMicro())
+			if end == 0 {
+				end = now.Add(span(r)).UnixMicro()
+			}
+			next = time.UnixMicro(end + rng.Int64N(3) - 1)
+		case x < 80:
+			to := last.ResetAt
+			if rng.IntN(2) == 0 && last.RetryAfter > 0 {
+				to = now.Add(last.RetryAfter)
+			}
+			next = to.Add(time.Duration(rng.Int64N(3)-1) * us)
+		case x < 81:
+			next = now.AddDate(rng.IntN(3), rng.IntN(13), 0)
+		default:
+			next = now.Add(time.Duration(rng.Int64N(int64(ms))))
+		}
+		if next.After(now) && next.Before(lastInstant) {
+			now = next
+		}
+		now = now.Truncate(us).UTC()
+		cost := randomCost(rng, r)
+		switch op := rng.IntN(10); {
+		case op < 5:
+			log = append(log, fmt.Sprintf("\n  %d %v check %d %v cost %d", i, now.Format(time.RFC3339Nano), k, r, cost))
+			a, errA := ref.Check(ctx, key, r, cost, now)
+			b, errB := sut.Check(ctx, key, r, cost, now)
+			if errA != nil || errB != nil {
+				fail("errors: ref %v, sut %v", errA, errB)
+			}
+			if !SameDecision(a, b) {
+				fail("Check differs:\n  ref %+v\n  sut %+v", a, b)
+			}
+			last = a
+		case op < 8:
+			max := min(cost+rng.Int64N(2*r.Capacity()+1), gale.MaxLimit)
+			log = append(log, fmt.Sprintf("\n  %d %v lease %d %v %d..%d", i, now.Format(time.RFC3339Nano), k, r, cost, max))
+			a, errA := ref.Lease(ctx, key, r, cost, max, now)
+			b, errB := sut.Lease(ctx, key, r, cost, max, now)
+			if errA != nil || errB != nil {
+				fail("errors: ref %v, sut %v", errA, errB)
+			}
+			if a.Granted != b.Granted || !a.WindowEnd.Equal(b.WindowEnd) || !a.Now.Equal(b.Now) || !SameDecision(a.Decision, b.Decision) {
+				fail("Lease differs:\n  ref %+v\n  sut %+v", a, b)
+			}
+			if a.Granted > 0 {
+				leases = append(leases, held{k, r, a.Granted, a.WindowEnd})
+			}
+			last = a.Decision
+		default:
+			var h held
+			switch {
+			case len(leases) > 0 && rng.IntN(5) > 0:
+				j := rng.IntN(len(leases))
+				h = leases[j]
+				leases = append(leases[:j], leases[j+1:]...)
+				h.credits = rng.Int64N(h.credits+3) - 1 // -1 … credits+1
+			default: // a made-up window, maybe the live one
+				_, end := r.WindowBounds(now.UnixMicro())
+				h = held{k, r, 1 + rng.Int64N(r.Capacity()), time.Time{}}
+				if end != 0 && rng.IntN(3) > 0 {
+					h.end = time.UnixMicro(end + rng.Int64N(3) - 1)
+				}
+			}
+			key = keys[h.key].name
+			log = append(log, fmt.Sprintf("\n  %d %v return %d %v %d of window %v", i, now.Format(time.RFC3339Nano), h.key, h.rule, h.credits, h.end))
+			errA := ref.Return(ctx, key, h.rule, h.credits, h.end, now)
+			errB := sut.Return(ctx, key, h.rule, h.credits, h.end, now)
+			if errA != nil || errB != nil {
+				fail("errors: ref %v, sut %v", errA, errB)
+			}
+		}
+		if len(log) > 64 {
+			log = log[32:]
+		}
+	}
 }
 
-func joinLines(lines []string) string {
-	out := ""
-	for i, l := range lines {
-		if i > 0 {
-			out += "\n  "
-		}
-		out += l
-	}
-	return out
+// SameDecision reports whether two decisions are equal field by field (times
+// compared as instants).
+func SameDecision(a, b gale.Decision) bool {
+	return a.Allowed == b.Allowed && a.Limit == b.Limit && a.Remaining == b.Remaining &&
+		a.ResetAt.Equal(b.ResetAt) && a.RetryAfter == b.RetryAfter && a.Fallback == b.Fallback
 }
