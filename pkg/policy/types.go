@@ -1,0 +1,225 @@
+// Package policy reads throttlekit's rate-limit policy: a directory of YAML
+// files, one domain per file, in envoyproxy/ratelimit's format (every file it
+// accepts loads here and means the same) plus throttlekit's extensions. A
+// loaded Set is validated and immutable; every error names the file, the line
+// and the field.
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Set is every domain of one policy directory, validated. It is immutable
+// once returned by Load: the engine compiles it and swaps it in whole.
+type Set struct {
+	// Dir is the directory the set was read from.
+	Dir string
+	// Domains are sorted by name; names are unique.
+	Domains []*Domain
+	// Hash identifies the contents: the SHA-256 (hex) of every file's name
+	// and bytes, in name order. Two loads of the same files give one hash.
+	Hash string
+}
+
+// Domain is one file: a domain name and its descriptor tree.
+type Domain struct {
+	Name        string
+	File        string // path of the file it came from
+	Descriptors []*Descriptor
+}
+
+// Descriptor is one node of a domain's tree, as envoyproxy/ratelimit defines
+// it, with throttlekit's extensions.
+type Descriptor struct {
+	// Key must match the request entry's key. Never empty.
+	Key string
+	// Value, when set, must match the entry's value; '*' in it matches any
+	// run of bytes (anywhere in the value). Empty means any value, each value
+	// getting its own limit.
+	Value string
+	// Limits are the rule's limits: rate_limit and the rate_limits list, in
+	// that order. Empty for a placeholder node (or a whitelisted key).
+	Limits []*Limit
+	// Descriptors are the nested nodes.
+	Descriptors []*Descriptor
+
+	ShadowMode     bool // whatever the limits say, the answer is OK (counted as shadow)
+	QuotaMode      bool // over limit is reported, not enforced, unless every quota descriptor of the request is over
+	DetailedMetric bool // metrics carry the request's value for this key (bounded)
+	ValueToMetric  bool // metrics carry the request's value for this key (bounded)
+	ShareThreshold bool // every value matching a wildcard Value shares one counter
+
+	// Mode is how the limits are enforced (extension; default strict).
+	Mode Mode
+	// Lease tunes leased mode (extension).
+	Lease Lease
+	// OnStoreError says what to answer when the store fails (extension;
+	// default error: the gRPC error lets Envoy's failure_mode_deny decide).
+	OnStoreError StoreErrorPolicy
+
+	Pos Pos // where the descriptor's `key` is
+}
+
+// HasWildcard reports whether Value contains a '*'.
+func (d *Descriptor) HasWildcard() bool { return strings.Contains(d.Value, "*") }
+
+// Limit is one rate limit of a descriptor.
+type Limit struct {
+	// Name identifies the limit for `replaces` and in metrics and responses;
+	// optional.
+	Name string
+	// Unlimited limits are never counted and always OK; they carry no unit.
+	Unlimited bool
+	// Unit and RequestsPerUnit: RequestsPerUnit per UnitMultiplier·Unit. A
+	// RequestsPerUnit of 0 denies every request (envoyproxy's block list).
+	Unit            Unit
+	RequestsPerUnit uint32
+	// UnitMultiplier stretches the unit (30 × second); at least 1 (extension).
+	UnitMultiplier uint32
+	// Algorithm is the strategy (extension; default fixed_window).
+	Algorithm Algorithm
+	// Burst is the bucket size of gcra and token_bucket; 0 means
+	// RequestsPerUnit (extension).
+	Burst uint32
+	// Replaces names limits this one replaces when both apply to a request.
+	Replaces []string
+
+	Pos Pos // where the limit's block starts
+}
+
+// Period is the limit's window: UnitMultiplier × Unit, with envoyproxy's
+// unit lengths (a month is 30 days, a year 365).
+func (l *Limit) Period() time.Duration {
+	m := l.UnitMultiplier
+	if m == 0 {
+		m = 1
+	}
+	return time.Duration(m) * l.Unit.Duration()
+}
+
+// Unit is a rate-limit unit, as envoyproxy/ratelimit names them.
+type Unit string
+
+// The units. Their lengths are envoyproxy/ratelimit's: windows of that many
+// seconds aligned on Unix time.
+const (
+	Second Unit = "second"
+	Minute Unit = "minute"
+	Hour   Unit = "hour"
+	Day    Unit = "day"
+	Week   Unit = "week"  // 7 days
+	Month  Unit = "month" // 30 days
+	Year   Unit = "year"  // 365 days
+)
+
+// Units lists the valid units in increasing length.
+var Units = []Unit{Second, Minute, Hour, Day, Week, Month, Year}
+
+// Duration is the unit's length; 0 for an unknown unit.
+func (u Unit) Duration() time.Duration {
+	switch u {
+	case Second:
+		return time.Second
+	case Minute:
+		return time.Minute
+	case Hour:
+		return time.Hour
+	case Day:
+		return 24 * time.Hour
+	case Week:
+		return 7 * 24 * time.Hour
+	case Month:
+		return 30 * 24 * time.Hour
+	case Year:
+		return 365 * 24 * time.Hour
+	}
+	return 0
+}
+
+// Algorithm names a strategy (gale's names).
+type Algorithm string
+
+// The algorithms a limit may use.
+const (
+	FixedWindow   Algorithm = "fixed_window"
+	SlidingWindow Algorithm = "sliding_window"
+	GCRA          Algorithm = "gcra"
+	TokenBucket   Algorithm = "token_bucket"
+)
+
+// Mode is how a descriptor's limits are enforced.
+type Mode string
+
+// The modes (gale's names).
+const (
+	Strict     Mode = "strict"
+	CachedDeny Mode = "cached_deny"
+	Leased     Mode = "leased"
+)
+
+// Lease tunes leased mode.
+type Lease struct {
+	// Batch is the credits per lease; 0 means the engine's default.
+	Batch uint32
+	// WindowCoupled expires credits with the window that granted them.
+	// Default true.
+	WindowCoupled bool
+	// LowWater, when > 0, refills in the background at this many credits.
+	LowWater uint32
+	// ReturnIdleAfter, when > 0, returns credits unused for this long.
+	ReturnIdleAfter time.Duration
+}
+
+// StoreErrorPolicy is what a descriptor answers when the store fails.
+type StoreErrorPolicy string
+
+// The policies.
+const (
+	OnErrorError StoreErrorPolicy = "error"
+	OnErrorAllow StoreErrorPolicy = "allow"
+	OnErrorDeny  StoreErrorPolicy = "deny"
+)
+
+// Pos is a place in a policy file. Line and Column count from 1; 0 means
+// unknown.
+type Pos struct {
+	File   string
+	Line   int
+	Column int
+}
+
+func (p Pos) String() string {
+	if p.Line == 0 {
+		return p.File
+	}
+	return fmt.Sprintf("%s:%d", p.File, p.Line)
+}
+
+// Error is one problem in a policy file. Its text is
+// "file:line: field: message", where field is the YAML path (e.g.
+// descriptors[2].rate_limit.unit).
+type Error struct {
+	Pos   Pos
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%v: %s", e.Pos, e.Msg)
+	}
+	return fmt.Sprintf("%v: %s: %s", e.Pos, e.Field, e.Msg)
+}
+
+// Errors is every problem found while loading; Load reports them all at once.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
