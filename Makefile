@@ -34,3 +34,10 @@ run: build
 
 clean:
 	rm -rf bin out
+
+# RLS benchmark: ghz against the no-op gRPC floor and throttlekit serve
+# (redis strict, redis leased, memory); prints a markdown table. Starts its own
+# redis-server. Tune with BENCH_TARGETS, BENCH_DURATION, BENCH_CONCURRENCY.
+.PHONY: bench-rls
+bench-rls:
+	GO=$(GO) ./scripts/bench-rls.sh

@@ -1,72 +1,63 @@
-// Command throttlekit is the rate-limit sidecar. Until the Envoy-facing server
-// lands, it runs a demonstration of the engine on the embedded (in-memory)
-// store: a fleet of nodes in leased mode sharing one limit, with the
-// admissions of every window printed beside the limit they must respect.
+// Command throttlekit is the rate-limit sidecar that runs beside Envoy.
+//
+//	throttlekit serve [flags]      serve Envoy's RateLimitService (the default)
+//	throttlekit validate DIR...    check policy directories as serve would load them
+//
+// Every serve flag has an environment twin: --grpc-addr is
+// THROTTLEKIT_GRPC_ADDR.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
+	"io"
 	"os"
-	"time"
-
-	"github.com/throttlekit/throttlekit/pkg/gale"
-	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 )
 
 func main() {
-	nodes := flag.Int("nodes", 4, "fleet size")
-	limit := flag.Int64("limit", 100, "requests per second for the whole fleet")
-	batch := flag.Int64("batch", 10, "credits per lease")
-	uncoupled := flag.Bool("uncoupled", false, "let leased credits outlive their window")
-	windows := flag.Int("windows", 5, "windows to simulate")
-	flag.Parse()
-	if err := demo(*nodes, *limit, *batch, *uncoupled, *windows); err != nil {
-		fmt.Fprintln(os.Stderr, "throttlekit:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
-func demo(n int, limit, batch int64, uncoupled bool, windows int) error {
-	store := memstore.New()
-	rule := gale.Rule{Algorithm: gale.FixedWindow, Limit: limit, Period: time.Second}
-	fleet := make([]*gale.Limiter, n)
-	for i := range fleet {
-		l, err := gale.New(store, gale.Config{Rule: rule, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: batch, Uncoupled: uncoupled}})
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		c, err := parseServe(args, getenv, stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		if err != nil {
-			return err
+			fmt.Fprintln(stderr, "throttlekit serve:", err)
+			return 2
 		}
-		defer l.Close(context.Background())
-		fleet[i] = l
-	}
-	fmt.Printf("%d nodes, leased (window-coupled: %v), batch %d, limit %d per 1s window, 3× oversubscribed\n", n, !uncoupled, batch, limit)
-	fmt.Printf("%-8s %9s %9s\n", "window", "admitted", "limit")
-	rng := rand.New(rand.NewPCG(1, 2))
-	now := time.Unix(1_800_000_000, 0)
-	for w := 0; w < windows; w++ {
-		var admitted int64
-		for i := int64(0); i < 3*limit; i++ {
-			at := now.Add(time.Duration(i) * time.Second / time.Duration(3*limit))
-			d, err := fleet[rng.IntN(n)].Check(context.Background(), "demo-client", 1, at)
-			if err != nil {
-				return err
-			}
-			if d.Allowed {
-				admitted++
-			}
+		if err := serve(ctx, c, stderr); err != nil {
+			fmt.Fprintln(stderr, "throttlekit serve:", err)
+			return 1
 		}
-		fmt.Printf("%-8d %9d %9d\n", w, admitted, limit)
-		now = now.Add(time.Second)
+		return 0
+	case "validate":
+		if !validate(args, stdout, stderr) {
+			return 1
+		}
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
 	}
-	var st gale.Stats
-	for _, l := range fleet {
-		s := l.Stats()
-		st.LocalHits += s.LocalHits
-		st.LeasesGranted += s.LeasesGranted
-		st.CreditsStranded += s.CreditsStranded
-	}
-	fmt.Printf("local hits %d, leases granted %d (store round trips), credits stranded at window ends %d\n", st.LocalHits, st.LeasesGranted, st.CreditsStranded)
-	return nil
+	fmt.Fprintf(stderr, "throttlekit: unknown command %q\n", cmd)
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  throttlekit serve [flags]      serve Envoy's RateLimitService (the default command)
+  throttlekit validate DIR...    check policy directories exactly as serve loads them
+  throttlekit serve -h           list serve's flags (each has a THROTTLEKIT_<NAME> twin)
+`)
 }

@@ -169,7 +169,9 @@ func (t *table) rememberDenial(l *Limiter, key string, cost int64, d Decision, n
 }
 
 // drain removes the entries keep selects (those without a lease in flight)
-// and returns their unexpired credits.
+// and returns their unexpired credits. Each is returned at the later of now
+// and its last check: checks carry the callers' clock, which is the one the
+// store's windows are on, and it may run ahead of the limiter's own.
 func (t *table) drain(l *Limiter, keep func(*entry) bool, now time.Time) []returned {
 	var out []returned
 	for i := range t.shards {
@@ -180,7 +182,11 @@ func (t *table) drain(l *Limiter, keep func(*entry) bool, now time.Time) []retur
 				continue
 			}
 			delete(sh.keys, k)
-			if r, ok := returnable(sh, e, now); ok {
+			at := now
+			if e.lastUsed.After(at) {
+				at = e.lastUsed
+			}
+			if r, ok := returnable(sh, e, at); ok {
 				out = append(out, r)
 			}
 		}

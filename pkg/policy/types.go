@@ -190,6 +190,7 @@ type Pos struct {
 	Column int
 }
 
+// String is "file:line", or "file" when the line is unknown.
 func (p Pos) String() string {
 	if p.Line == 0 {
 		return p.File
@@ -206,6 +207,8 @@ type Error struct {
 	Msg   string
 }
 
+// Error is the text "file:line: field: message" ("file:line: message"
+// when the problem is not in one field).
 func (e *Error) Error() string {
 	if e.Field == "" {
 		return fmt.Sprintf("%v: %s", e.Pos, e.Msg)
@@ -216,6 +219,7 @@ func (e *Error) Error() string {
 // Errors is every problem found while loading; Load reports them all at once.
 type Errors []*Error
 
+// Error is the errors' texts, one a line.
 func (es Errors) Error() string {
 	lines := make([]string, len(es))
 	for i, e := range es {

@@ -1,0 +1,34 @@
+# throttlekit sidecar image: a static binary on distroless, running as nonroot.
+#   docker build -t throttlekit .
+#   docker run --rm -p 127.0.0.1:8081:8081 -p 127.0.0.1:8080:8080 throttlekit
+
+FROM golang:1.26 AS build
+WORKDIR /src
+# Modules first, so a source change does not download them again.
+COPY go.mod go.sum ./
+RUN go mod download
+# Only what the binary is built from (keeps bin/, out/ and test binaries out
+# of the context's layers). Add a directory here if cmd/sidecar comes to
+# import one outside these.
+COPY cmd/ cmd/
+COPY pkg/ pkg/
+COPY internal/ internal/
+RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /throttlekit ./cmd/sidecar
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /throttlekit /throttlekit
+# The example policies; mount a directory over it to use your own.
+COPY config/ /etc/throttlekit/policy/
+# The binary itself listens on loopback only (127.0.0.1:8081 gRPC,
+# 127.0.0.1:8080 HTTP): a sidecar talks to its own Envoy. In a container,
+# loopback is the container's own, unreachable from Envoy's container, so the
+# image opts in to all interfaces. Set these to 127.0.0.1:… when Envoy shares
+# the container's network namespace (same pod).
+ENV THROTTLEKIT_POLICY=/etc/throttlekit/policy \
+    THROTTLEKIT_GRPC_ADDR=0.0.0.0:8081 \
+    THROTTLEKIT_HTTP_ADDR=0.0.0.0:8080
+# 8081: gRPC (RateLimitService v3, ext_proc, grpc.health.v1).
+# 8080: HTTP (/metrics, /healthz, /readyz).
+EXPOSE 8081 8080
+USER nonroot:nonroot
+ENTRYPOINT ["/throttlekit", "serve"]

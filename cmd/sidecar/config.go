@@ -1,0 +1,116 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// envPrefix starts the environment twin of every flag: --grpc-addr is also
+// THROTTLEKIT_GRPC_ADDR. A flag on the command line wins over its twin.
+const envPrefix = "THROTTLEKIT_"
+
+// serveConfig is everything `serve` is told, validated.
+type serveConfig struct {
+	policyDir       string
+	store           string
+	redisURL        string
+	grpcAddr        string
+	httpAddr        string
+	nodeID          string
+	logFormat       string
+	logLevel        string
+	responseHeaders bool
+	shadow          bool
+	storeTimeout    time.Duration
+	drainTimeout    time.Duration
+	reloadDebounce  time.Duration
+}
+
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveConfig, error) {
+	host, _ := os.Hostname()
+	c := &serveConfig{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.policyDir, "policy", "./config", "directory of policy *.yaml files (one domain per file), watched for changes")
+	fs.StringVar(&c.store, "store", "memory", "where counters live: memory (this process only) or redis (shared by the fleet)")
+	fs.StringVar(&c.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis to use with --store redis: redis:// or rediss:// (TLS); ?master_name=NAME for Sentinel (the host is a sentinel, more with &addr=); redis+cluster:// or repeated &addr= for Cluster")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen address (RateLimitService, health, reflection); loopback unless told otherwise")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address (/metrics, /healthz, /readyz, /debug/policy, /json)")
+	fs.StringVar(&c.nodeID, "node-id", host, "this node's name in logs")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&c.responseHeaders, "response-headers", false, "add RateLimit-Limit, -Remaining and -Reset headers to responses")
+	fs.BoolVar(&c.shadow, "shadow", false, "global shadow mode: count every rule, enforce none")
+	fs.DurationVar(&c.storeTimeout, "store-timeout", 50*time.Millisecond, "longest a check waits for the store before on_store_error decides")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
+	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after a policy change before reloading")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: throttlekit serve [flags]\n\nEvery flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n\n", envPrefix)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("serve takes no arguments (got %q): did you mean --policy %s?", fs.Args(), fs.Arg(0))
+	}
+	if err := applyEnv(fs, getenv); err != nil {
+		return nil, err
+	}
+	return c, c.validate()
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment twin.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && !given[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", name, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (c *serveConfig) validate() error {
+	var errs []error
+	switch c.store {
+	case "memory", "redis":
+	default:
+		errs = append(errs, fmt.Errorf("--store %q: want memory or redis", c.store))
+	}
+	switch c.logFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", c.logFormat))
+	}
+	if _, err := parseLevel(c.logLevel); err != nil {
+		errs = append(errs, err)
+	}
+	for name, addr := range map[string]string{"--grpc-addr": c.grpcAddr, "--http-addr": c.httpAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want host:port (e.g. 127.0.0.1:8081): %v", name, addr, err))
+		}
+	}
+	if c.grpcAddr == c.httpAddr {
+		errs = append(errs, fmt.Errorf("--grpc-addr and --http-addr are both %s", c.grpcAddr))
+	}
+	if c.storeTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--store-timeout %v: must be positive", c.storeTimeout))
+	}
+	if c.drainTimeout <= 0 || c.reloadDebounce < 0 {
+		errs = append(errs, errors.New("--drain-timeout must be positive and --reload-debounce not negative"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+)
+
+// metrics holds the sidecar's Prometheus instruments. Rule-level counters
+// are read from the engine at scrape time (engineCollector); the rest are
+// updated where things happen. Labels are bounded: domain and rule name come
+// from the policy, descriptor values only from detailed_metric /
+// value_to_metric rules and at most engine.MaxMetricValues per rule.
+type metrics struct {
+	reg            *prometheus.Registry
+	storeCalls     *prometheus.CounterVec
+	storeErrors    *prometheus.CounterVec
+	storeLatency   *prometheus.HistogramVec
+	reloads        *prometheus.CounterVec
+	lastReload     prometheus.Gauge
+	policyInfo     *prometheus.GaugeVec
+	grpcRequests   *prometheus.CounterVec
+	grpcLatency    *prometheus.HistogramVec
+	storeReachable prometheus.Gauge
+}
+
+func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
+	reg := prometheus.NewRegistry()
+	m := &metrics{
+		reg: reg,
+		storeCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttlekit_store_calls_total", Help: "Calls to the counter store, by operation (check, lease, return).",
+		}, []string{"op"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttlekit_store_errors_total", Help: "Store calls that failed, by operation.",
+		}, []string{"op"}),
+		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "throttlekit_store_call_duration_seconds", Help: "Store call latency, by operation.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"op"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttlekit_policy_reloads_total", Help: "Policy loads, by result (success, failure). A failure keeps the previous policy.",
+		}, []string{"result"}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "throttlekit_policy_last_reload_success_timestamp_seconds", Help: "When the policy in use was loaded.",
+		}),
+		policyInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "throttlekit_policy_info", Help: "1 for the policy in use, labelled with its content hash.",
+		}, []string{"hash"}),
+		grpcRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttlekit_grpc_requests_total", Help: "gRPC calls, by method and status code.",
+		}, []string{"method", "code"}),
+		grpcLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "throttlekit_grpc_request_duration_seconds", Help: "gRPC call latency, by method.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .5},
+		}, []string{"method"}),
+		storeReachable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "throttlekit_store_up", Help: "1 when the last readiness probe reached the store.",
+		}),
+	}
+	reg.MustRegister(m.storeCalls, m.storeErrors, m.storeLatency, m.reloads, m.lastReload, m.policyInfo,
+		m.grpcRequests, m.grpcLatency, m.storeReachable,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&engineCollector{e: e, rs: rs})
+	return m
+}
+
+// policyLoaded records a successful load.
+func (m *metrics) policyLoaded(hash string) {
+	m.reloads.WithLabelValues("success").Inc()
+	m.lastReload.SetToCurrentTime()
+	m.policyInfo.Reset()
+	m.policyInfo.WithLabelValues(hash).Set(1)
+}
+
+// unaryInterceptor counts and times every unary gRPC call, and turns a
+// panic into an INTERNAL error instead of a crash.
+func (m *metrics) unaryInterceptor(log func(msg string, args ...any)) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		start := time.Now()
+		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		defer func() {
+			if p := recover(); p != nil {
+				log("panic in gRPC handler", "method", info.FullMethod, "panic", p)
+				resp, err = nil, status.Errorf(13, "internal error")
+			}
+			m.grpcRequests.WithLabelValues(method, status.Code(err).String()).Inc()
+			m.grpcLatency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// instrumentedStore counts and times the calls that reach the store.
+type instrumentedStore struct {
+	gale.Store
+	m *metrics
+}
+
+func (s *instrumentedStore) observe(op string, start time.Time, err error) {
+	s.m.storeCalls.WithLabelValues(op).Inc()
+	s.m.storeLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.m.storeErrors.WithLabelValues(op).Inc()
+	}
+}
+
+func (s *instrumentedStore) Check(ctx context.Context, key string, r gale.Rule, cost int64, now time.Time) (gale.Decision, error) {
+	start := time.Now()
+	d, err := s.Store.Check(ctx, key, r, cost, now)
+	s.observe("check", start, err)
+	return d, err
+}
+
+func (s *instrumentedStore) Lease(ctx context.Context, key string, r gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {
+	start := time.Now()
+	g, err := s.Store.Lease(ctx, key, r, min, max, now)
+	s.observe("lease", start, err)
+	return g, err
+}
+
+func (s *instrumentedStore) Return(ctx context.Context, key string, r gale.Rule, n int64, end, now time.Time) error {
+	start := time.Now()
+	err := s.Store.Return(ctx, key, r, n, end, now)
+	s.observe("return", start, err)
+	return err
+}
+
+// engineCollector reads the engine's rule counters and the limiters' stats
+// at scrape time.
+type engineCollector struct {
+	e  *engine.Engine
+	rs *redisstore.Store // nil with the memory store
+}
+
+var (
+	descDecisions = prometheus.NewDesc("throttlekit_decisions_total",
+		"Rate-limit verdicts by rule and code: ok, over_limit, near_limit (admitted with under a fifth of the limit left; also counted as ok), shadow (over the limit in shadow mode, admitted).",
+		[]string{"domain", "rule", "code"}, nil)
+	descValueDecisions = prometheus.NewDesc("throttlekit_decisions_by_value_total",
+		"Verdicts of detailed_metric / value_to_metric rules by descriptor value (at most 100 values per rule, then _other).",
+		[]string{"domain", "rule", "value", "code"}, nil)
+	descLocalHits     = prometheus.NewDesc("throttlekit_local_hits_total", "Checks served from leased credits in this process.", []string{"domain", "rule"}, nil)
+	descCachedDenials = prometheus.NewDesc("throttlekit_cached_denials_total", "Checks denied from a remembered denial, without asking the store.", []string{"domain", "rule"}, nil)
+	descLeasesReq     = prometheus.NewDesc("throttlekit_leases_requested_total", "Leases asked of the store.", []string{"domain", "rule"}, nil)
+	descLeasesGranted = prometheus.NewDesc("throttlekit_leases_granted_total", "Leases the store granted (some credits).", []string{"domain", "rule"}, nil)
+	descCreditsLeased = prometheus.NewDesc("throttlekit_credits_leased_total", "Credits leased from the store.", []string{"domain", "rule"}, nil)
+	descStranded      = prometheus.NewDesc("throttlekit_credits_stranded_total", "Leased credits that expired unused at their window's end.", []string{"domain", "rule"}, nil)
+	descReturned      = prometheus.NewDesc("throttlekit_credits_returned_total", "Leased credits given back to the store (idle, evicted, refunded, shutdown).", []string{"domain", "rule"}, nil)
+	descL1Keys        = prometheus.NewDesc("throttlekit_l1_keys", "Keys held in this process's local tier.", []string{"domain", "rule"}, nil)
+	descEvictions     = prometheus.NewDesc("throttlekit_l1_evictions_total", "Keys evicted from a full local tier.", []string{"domain", "rule"}, nil)
+	descFallbacks     = prometheus.NewDesc("throttlekit_store_fallbacks_total", "Decisions made by on_store_error because the store failed.", []string{"domain", "rule"}, nil)
+	descRoundTrips    = prometheus.NewDesc("throttlekit_redis_round_trips_total", "Round trips to Redis (pipelines and single commands).", nil, nil)
+	descRedisOps      = prometheus.NewDesc("throttlekit_redis_operations_total", "Operations sent to Redis (scripts run).", nil, nil)
+)
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDecisions, descValueDecisions, descLocalHits, descCachedDenials, descLeasesReq,
+		descLeasesGranted, descCreditsLeased, descStranded, descReturned, descL1Keys, descEvictions, descFallbacks, descRoundTrips, descRedisOps} {
+		ch <- d
+	}
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, s := range c.e.Snapshot() {
+		dom, rule := s.Ref.Domain, s.Ref.Name
+		counter(descDecisions, s.Decisions.OK, dom, rule, "ok")
+		counter(descDecisions, s.Decisions.OverLimit, dom, rule, "over_limit")
+		counter(descDecisions, s.Decisions.NearLimit, dom, rule, "near_limit")
+		counter(descDecisions, s.Decisions.Shadow, dom, rule, "shadow")
+		for v, d := range s.Values {
+			counter(descValueDecisions, d.OK, dom, rule, v, "ok")
+			counter(descValueDecisions, d.OverLimit, dom, rule, v, "over_limit")
+			counter(descValueDecisions, d.NearLimit, dom, rule, v, "near_limit")
+			counter(descValueDecisions, d.Shadow, dom, rule, v, "shadow")
+		}
+		if s.Algorithm == "unlimited" || s.Algorithm == "blocked" {
+			continue
+		}
+		l := s.Limiter
+		counter(descLocalHits, l.LocalHits, dom, rule)
+		counter(descCachedDenials, l.CachedDenials, dom, rule)
+		counter(descLeasesReq, l.LeasesRequested, dom, rule)
+		counter(descLeasesGranted, l.LeasesGranted, dom, rule)
+		counter(descCreditsLeased, l.CreditsLeased, dom, rule)
+		counter(descStranded, l.CreditsStranded, dom, rule)
+		counter(descReturned, l.CreditsReturned, dom, rule)
+		counter(descEvictions, l.Evictions, dom, rule)
+		counter(descFallbacks, l.Fallbacks, dom, rule)
+		ch <- prometheus.MustNewConstMetric(descL1Keys, prometheus.GaugeValue, float64(l.Keys), dom, rule)
+	}
+	if c.rs != nil {
+		st := c.rs.Stats()
+		ch <- prometheus.MustNewConstMetric(descRoundTrips, prometheus.CounterValue, float64(st.RoundTrips))
+		ch <- prometheus.MustNewConstMetric(descRedisOps, prometheus.CounterValue, float64(st.Ops))
+	}
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/envoyrls"
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+)
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(c *serveConfig, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(c.logLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if c.logFormat == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(h).With("node", c.nodeID)
+}
+
+// serve runs the sidecar until ctx ends or SIGTERM/SIGINT arrives, then
+// drains: it stops accepting, lets in-flight calls finish within the drain
+// timeout, returns leased credits and closes the store. It returns nil after
+// a clean drain.
+func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
+	log := newLogger(c, stderr)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	var store gale.Store
+	var rs *redisstore.Store
+	var client redis.UniversalClient
+	var ping pinger
+	switch c.store {
+	case "redis":
+		var err error
+		if client, err = newRedisClient(c.redisURL, c.storeTimeout); err != nil {
+			return err
+		}
+		defer client.Close()
+		if rs, err = redisstore.New(client, redisstore.Options{ServerTime: true, Timeout: max(4*c.storeTimeout, 200*time.Millisecond)}); err != nil {
+			return err
+		}
+		defer rs.Close()
+		store = rs
+		ping = func(ctx context.Context) error { return client.Ping(ctx).Err() }
+		log.Info("store: redis", "url", Redact(c.redisURL))
+	default:
+		store = memstore.New()
+		log.Info("store: memory (counters are this process's own)")
+	}
+
+	// The metrics wrapper needs the engine and the engine the wrapped store:
+	// build the engine on a forwarding store.
+	fwd := &instrumentedStore{Store: store}
+	eng, err := engine.New(engine.Options{Store: fwd, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log})
+	if err != nil {
+		return err
+	}
+	m := newMetrics(eng, rs)
+	fwd.m = m
+	rl := &reloader{dir: c.policyDir, engine: eng, metrics: m, log: log, debounce: c.reloadDebounce, loaded: make(chan string, 1)}
+	if err := rl.load(ctx); err != nil {
+		return fmt.Errorf("no valid policy in %s; fix the errors above (`throttlekit validate %s` lists them)", c.policyDir, c.policyDir)
+	}
+
+	grpcLis, err := net.Listen("tcp", c.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr %s: %w", c.grpcAddr, err)
+	}
+	httpLis, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("--http-addr %s: %w", c.httpAddr, err)
+	}
+	rls := envoyrls.NewRateLimitServer(eng, envoyrls.Options{Headers: c.responseHeaders})
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(m.unaryInterceptor(log.Error)))
+	rlsv3.RegisterRateLimitServiceServer(gs, rls)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	httpSrv := &http.Server{Handler: newHTTPMux(eng, rls, m, ping, c.storeTimeout), ReadHeaderTimeout: 5 * time.Second}
+
+	errc := make(chan error, 3)
+	go func() { errc <- gs.Serve(grpcLis) }()
+	go func() {
+		if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := rl.watch(watchCtx); err != nil {
+			log.Error("policy watcher stopped: changes will not be reloaded", "dir", c.policyDir, "error", err)
+		}
+	}()
+	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "policy", c.policyDir)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight calls", "timeout", c.drainTimeout)
+	case runErr = <-errc:
+		log.Error("server failed", "error", runErr)
+	}
+	stopWatch()
+	hs.Shutdown()
+	drained := make(chan struct{})
+	go func() { gs.GracefulStop(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(c.drainTimeout):
+		log.Warn("drain timeout: cancelling the calls still running")
+		gs.Stop()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), c.drainTimeout)
+	defer cancel()
+	_ = httpSrv.Shutdown(sctx)
+	if err := eng.Close(sctx); err != nil {
+		log.Warn("returning leased credits", "error", err)
+	}
+	log.Info("stopped")
+	return runErr
+}

@@ -1,0 +1,321 @@
+// Package envoy_test checks envoy.yaml, the Envoy bootstrap that wires the
+// rate limit filter to throttlekit: it must parse as a v3 Bootstrap, pass
+// Envoy's own proto validation (every typed_config included), and keep the
+// wiring the sidecar relies on.
+package envoy_test
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+	"gopkg.in/yaml.v3"
+
+	// Registered so the typed_config Any values in envoy.yaml resolve.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+)
+
+const (
+	configFile      = "envoy.yaml"
+	rlsCluster      = "throttlekit"
+	rlsPort         = 8081
+	backendCluster  = "backend"
+	backendPort     = 8000
+	httpOptionsName = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+)
+
+// loadBootstrap reads envoy.yaml the way Envoy does (YAML → JSON → proto3
+// JSON mapping, unknown fields rejected) and returns it with the raw YAML
+// tree, which still tells a field set to its zero value from an absent one.
+func loadBootstrap(t *testing.T) (*bootstrapv3.Bootstrap, map[string]any) {
+	t.Helper()
+	raw, err := os.ReadFile(configFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tree map[string]any
+	if err := yaml.Unmarshal(raw, &tree); err != nil {
+		t.Fatalf("%s: %v", configFile, err)
+	}
+	js, err := json.Marshal(tree)
+	if err != nil {
+		t.Fatalf("%s: to JSON: %v", configFile, err)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &b); err != nil {
+		t.Fatalf("%s: not a v3 Bootstrap: %v", configFile, err)
+	}
+	return &b, tree
+}
+
+// TestValid runs Envoy's proto validation on the bootstrap and on every Any
+// it holds, recursively: ValidateAll alone does not look inside an Any.
+func TestValid(t *testing.T) {
+	b, _ := loadBootstrap(t)
+	validateTree(t, "bootstrap", b)
+}
+
+func validateTree(t *testing.T, where string, m proto.Message) {
+	t.Helper()
+	v, ok := m.(interface{ ValidateAll() error })
+	if !ok {
+		t.Fatalf("%s: %T has no ValidateAll", where, m)
+	}
+	if err := v.ValidateAll(); err != nil {
+		t.Errorf("%s: %v", where, err)
+	}
+	for _, inner := range anys(m.ProtoReflect()) {
+		msg, err := anypb.UnmarshalNew(inner, proto.UnmarshalOptions{})
+		if err != nil {
+			t.Errorf("%s: typed_config %s: %v", where, inner.GetTypeUrl(), err)
+			continue
+		}
+		validateTree(t, inner.GetTypeUrl(), msg)
+	}
+}
+
+// anys returns every google.protobuf.Any reachable from m without passing
+// through another Any.
+func anys(m protoreflect.Message) []*anypb.Any {
+	if a, ok := m.Interface().(*anypb.Any); ok {
+		return []*anypb.Any{a}
+	}
+	var out []*anypb.Any
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Message() == nil:
+		case fd.IsList():
+			for i := 0; i < v.List().Len(); i++ {
+				out = append(out, anys(v.List().Get(i).Message())...)
+			}
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					out = append(out, anys(mv.Message())...)
+					return true
+				})
+			}
+		default:
+			out = append(out, anys(v.Message())...)
+		}
+		return true
+	})
+	return out
+}
+
+// connectionManager returns the listener's HTTP connection manager.
+func connectionManager(t *testing.T, b *bootstrapv3.Bootstrap) *hcmv3.HttpConnectionManager {
+	t.Helper()
+	listeners := b.GetStaticResources().GetListeners()
+	if len(listeners) != 1 {
+		t.Fatalf("want 1 listener, got %d", len(listeners))
+	}
+	l := listeners[0]
+	if got := l.GetAddress().GetSocketAddress().GetPortValue(); got != 10000 {
+		t.Errorf("listener port: got %d, want 10000", got)
+	}
+	for _, fc := range l.GetFilterChains() {
+		for _, f := range fc.GetFilters() {
+			var hcm hcmv3.HttpConnectionManager
+			if f.GetTypedConfig().MessageIs(&hcm) {
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					t.Fatal(err)
+				}
+				return &hcm
+			}
+		}
+	}
+	t.Fatal("no http_connection_manager on the listener")
+	return nil
+}
+
+func TestRateLimitFilterPointsAtThrottlekit(t *testing.T) {
+	b, tree := loadBootstrap(t)
+	hcm := connectionManager(t, b)
+
+	var rl *ratelimitv3.RateLimit
+	var names []string
+	for _, f := range hcm.GetHttpFilters() {
+		names = append(names, f.GetName())
+		if f.GetName() != "envoy.filters.http.ratelimit" {
+			continue
+		}
+		rl = new(ratelimitv3.RateLimit)
+		if err := f.GetTypedConfig().UnmarshalTo(rl); err != nil {
+			t.Fatalf("ratelimit typed_config: %v", err)
+		}
+	}
+	if rl == nil {
+		t.Fatalf("no envoy.filters.http.ratelimit among %v", names)
+	}
+	if last := names[len(names)-1]; last != "envoy.filters.http.router" {
+		t.Errorf("last HTTP filter is %s, want the router", last)
+	}
+	if rl.GetDomain() != "edge" {
+		t.Errorf("domain: got %q, want edge", rl.GetDomain())
+	}
+	svc := rl.GetRateLimitService()
+	if got := svc.GetGrpcService().GetEnvoyGrpc().GetClusterName(); got != rlsCluster {
+		t.Errorf("rate_limit_service cluster: got %q, want %q", got, rlsCluster)
+	}
+	if svc.GetTransportApiVersion() != corev3.ApiVersion_V3 {
+		t.Errorf("transport_api_version: got %v, want V3", svc.GetTransportApiVersion())
+	}
+	if d := rl.GetTimeout().AsDuration(); d < 20*time.Millisecond || d > 50*time.Millisecond {
+		t.Errorf("timeout %v: want 20ms..50ms", d)
+	}
+	// proto3 cannot tell false from unset: the choice must be written down.
+	if _, ok := ratelimitYAML(t, tree)["failure_mode_deny"]; !ok {
+		t.Error("failure_mode_deny is not set explicitly")
+	}
+}
+
+// ratelimitYAML returns the ratelimit filter's typed_config as written in
+// envoy.yaml.
+func ratelimitYAML(t *testing.T, tree map[string]any) map[string]any {
+	t.Helper()
+	const typeURL = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit"
+	var find func(v any) map[string]any
+	find = func(v any) map[string]any {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["@type"] == typeURL {
+				return v
+			}
+			for _, e := range v {
+				if m := find(e); m != nil {
+					return m
+				}
+			}
+		case []any:
+			for _, e := range v {
+				if m := find(e); m != nil {
+					return m
+				}
+			}
+		}
+		return nil
+	}
+	m := find(tree)
+	if m == nil {
+		t.Fatal("ratelimit typed_config not found in the YAML")
+	}
+	return m
+}
+
+func TestThrottlekitClusterIsHTTP2(t *testing.T) {
+	b, _ := loadBootstrap(t)
+	c := cluster(t, b, rlsCluster)
+	if c.GetType() != clusterv3.Cluster_STRICT_DNS {
+		t.Errorf("type: got %v, want STRICT_DNS", c.GetType())
+	}
+	checkEndpoint(t, c, rlsCluster, rlsPort)
+	opts, ok := c.GetTypedExtensionProtocolOptions()[httpOptionsName]
+	if !ok {
+		t.Fatalf("no typed_extension_protocol_options[%s]: gRPC needs HTTP/2", httpOptionsName)
+	}
+	var hpo upstreamhttpv3.HttpProtocolOptions
+	if err := opts.UnmarshalTo(&hpo); err != nil {
+		t.Fatal(err)
+	}
+	if hpo.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+		t.Error("throttlekit cluster is not explicitly HTTP/2")
+	}
+}
+
+func TestRouteSendsDescriptors(t *testing.T) {
+	b, _ := loadBootstrap(t)
+	checkEndpoint(t, cluster(t, b, backendCluster), backendCluster, backendPort)
+
+	hcm := connectionManager(t, b)
+	vhosts := hcm.GetRouteConfig().GetVirtualHosts()
+	if len(vhosts) != 1 || len(vhosts[0].GetRoutes()) != 1 {
+		t.Fatal("want one virtual host with one route")
+	}
+	route := vhosts[0].GetRoutes()[0].GetRoute()
+	if route.GetCluster() != backendCluster {
+		t.Errorf("route cluster: got %q, want %q", route.GetCluster(), backendCluster)
+	}
+	// The descriptor keys each rate_limits entry produces, in order.
+	var got []string
+	for _, rl := range route.GetRateLimits() {
+		var keys []string
+		for _, a := range rl.GetActions() {
+			keys = append(keys, actionKey(t, a))
+		}
+		got = append(got, strings.Join(keys, ","))
+	}
+	want := []string{"remote_address", "client_id", "path", "generic_key"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("descriptors: got %q, want %q", got, want)
+	}
+	for _, rl := range route.GetRateLimits() {
+		for _, a := range rl.GetActions() {
+			if h := a.GetRequestHeaders(); h != nil {
+				wantHeader := map[string]string{"client_id": "x-client-id", "path": ":path"}[h.GetDescriptorKey()]
+				if h.GetHeaderName() != wantHeader {
+					t.Errorf("%s: header %q, want %q", h.GetDescriptorKey(), h.GetHeaderName(), wantHeader)
+				}
+			}
+		}
+	}
+}
+
+// actionKey is the descriptor entry key an action produces.
+func actionKey(t *testing.T, a *routev3.RateLimit_Action) string {
+	t.Helper()
+	switch {
+	case a.GetRemoteAddress() != nil:
+		return "remote_address"
+	case a.GetRequestHeaders() != nil:
+		return a.GetRequestHeaders().GetDescriptorKey()
+	case a.GetGenericKey() != nil:
+		if k := a.GetGenericKey().GetDescriptorKey(); k != "" {
+			return k
+		}
+		return "generic_key"
+	case a.GetHeaderValueMatch() != nil:
+		if k := a.GetHeaderValueMatch().GetDescriptorKey(); k != "" {
+			return k
+		}
+		return "header_match"
+	}
+	t.Fatalf("unexpected action %v", a)
+	return ""
+}
+
+func cluster(t *testing.T, b *bootstrapv3.Bootstrap, name string) *clusterv3.Cluster {
+	t.Helper()
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() == name {
+			return c
+		}
+	}
+	t.Fatalf("no cluster %q", name)
+	return nil
+}
+
+func checkEndpoint(t *testing.T, c *clusterv3.Cluster, host string, port uint32) {
+	t.Helper()
+	eps := c.GetLoadAssignment().GetEndpoints()
+	if len(eps) != 1 || len(eps[0].GetLbEndpoints()) != 1 {
+		t.Fatalf("cluster %s: want exactly one endpoint", c.GetName())
+	}
+	sa := eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+	if sa.GetAddress() != host || sa.GetPortValue() != port {
+		t.Errorf("cluster %s: endpoint %s:%d, want %s:%d", c.GetName(), sa.GetAddress(), sa.GetPortValue(), host, port)
+	}
+}

@@ -1,0 +1,229 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/policy"
+)
+
+// compiled is one policy set made ready to answer: a descriptor tree per
+// domain and a rule per limit. It is immutable once built, except for the
+// limiters' own state.
+type compiled struct {
+	set     *policy.Set
+	domains map[string]*node
+	rules   []*rule
+}
+
+// rule is one limit of one policy descriptor.
+type rule struct {
+	ref  RuleRef // domain and metric name
+	name string  // the limit's own name ("" if none), for replaces
+	// id is the rule's fingerprint in counter keys: domain, descriptor path,
+	// the limit's name (or its place), and what the stored state means
+	// (algorithm, period; rate and burst for the buckets). Changing the
+	// requests per unit of a window keeps its counters across a reload.
+	id string
+	// identity is everything the limiter is built from: a rule with the
+	// same identity after a reload keeps its limiter (and its L1 state).
+	identity string
+	info     LimitInfo
+	limiter  *gale.Limiter // nil when unlimited or blocked
+	galeRule gale.Rule
+
+	unlimited   bool
+	blocked     bool // requests_per_unit 0: every request is over
+	shadow      bool
+	quota       bool
+	metricValue bool // detailed_metric or value_to_metric: metrics carry the value
+	replaces    []string
+	stats       *ruleStats
+}
+
+// compile turns set into a compiled policy. With build, it creates the
+// limiters, taking over those of prev whose identity is unchanged (prev may
+// be nil); without, it only validates. It returns every problem as
+// policy.Errors.
+func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled, map[string]*gale.Limiter, error) {
+	c := &compiled{set: set, domains: make(map[string]*node, len(set.Domains))}
+	var errs policy.Errors
+	kept := map[string]*gale.Limiter{}
+	old := map[string]*gale.Limiter{}
+	if prev != nil {
+		for _, r := range prev.rules {
+			if r.limiter != nil {
+				old[r.identity] = r.limiter
+			}
+		}
+	}
+	names := map[RuleRef]bool{}
+	for _, d := range set.Domains {
+		root := newNode()
+		c.domains[d.Name] = root
+		var walk func(n *node, descs []*policy.Descriptor, path []string)
+		walk = func(n *node, descs []*policy.Descriptor, path []string) {
+			for _, pd := range descs {
+				b := &branch{key: pd.Key, value: pd.Value, wild: pd.HasWildcard(), share: pd.ShareThreshold && pd.HasWildcard()}
+				switch {
+				case pd.Value == "":
+					n.keyOnly[pd.Key] = b
+				case b.wild:
+					b.parts = strings.Split(pd.Value, "*")
+					n.wildcard = append(n.wildcard, b)
+				default:
+					n.exact[entryKey{pd.Key, pd.Value}] = b
+				}
+				step := pd.Key
+				if pd.Value != "" {
+					step += "_" + pd.Value
+				}
+				here := append(append([]string(nil), path...), step)
+				for j, l := range pd.Limits {
+					r, err := e.newRule(d.Name, here, j, pd, l)
+					if err != nil {
+						errs = append(errs, &policy.Error{Pos: l.Pos, Field: "rate_limit", Msg: err.Error()})
+						continue
+					}
+					if names[r.ref] {
+						// Two unnamed limits on one descriptor: tell them apart.
+						r.ref.Name += "#" + strconv.Itoa(j)
+					}
+					names[r.ref] = true
+					if build && r.galeRule.Limit > 0 {
+						if lim := old[r.identity]; lim != nil {
+							r.limiter = lim
+							delete(old, r.identity)
+						} else if r.limiter, err = gale.New(e.store, e.limiterConfig(r, pd)); err != nil {
+							errs = append(errs, &policy.Error{Pos: l.Pos, Field: "rate_limit", Msg: err.Error()})
+							continue
+						}
+						kept[r.identity] = r.limiter
+					}
+					r.stats = e.statsFor(r.ref)
+					b.rules = append(b.rules, r)
+					c.rules = append(c.rules, r)
+				}
+				if len(pd.Descriptors) > 0 {
+					b.next = newNode()
+					walk(b.next, pd.Descriptors, here)
+				}
+			}
+		}
+		walk(root, d.Descriptors, nil)
+	}
+	if len(errs) > 0 {
+		// Limiters made for this set are not in use: close them.
+		for id, l := range kept {
+			if prev == nil || !prevHas(prev, id) {
+				_ = l.Close(e.bg)
+			}
+		}
+		return nil, nil, errs
+	}
+	return c, old, nil
+}
+
+func prevHas(prev *compiled, identity string) bool {
+	for _, r := range prev.rules {
+		if r.identity == identity {
+			return true
+		}
+	}
+	return false
+}
+
+// newRule builds the rule of limit l (the j-th of descriptor pd at path).
+func (e *Engine) newRule(domain string, path []string, j int, pd *policy.Descriptor, l *policy.Limit) (*rule, error) {
+	r := &rule{
+		ref:         RuleRef{Domain: domain, Name: l.Name},
+		name:        l.Name,
+		unlimited:   l.Unlimited,
+		shadow:      pd.ShadowMode || e.opts.Shadow,
+		quota:       pd.QuotaMode,
+		metricValue: pd.DetailedMetric || pd.ValueToMetric,
+		replaces:    l.Replaces,
+		info:        LimitInfo{Name: l.Name, Unit: l.Unit, RequestsPerUnit: l.RequestsPerUnit, UnitMultiplier: max(l.UnitMultiplier, 1)},
+	}
+	if r.ref.Name == "" {
+		r.ref.Name = strings.Join(path, ".")
+	}
+	place := l.Name
+	if place == "" {
+		place = "#" + strconv.Itoa(j)
+	}
+	switch {
+	case l.Unlimited:
+	case l.RequestsPerUnit == 0:
+		r.blocked = true
+	default:
+		gr, err := galeRule(l)
+		if err != nil {
+			return nil, err
+		}
+		r.galeRule = gr
+	}
+	state := fmt.Sprintf("%v|%d", r.galeRule.Algorithm, r.galeRule.Period/time.Microsecond)
+	if r.galeRule.Algorithm == gale.GCRA || r.galeRule.Algorithm == gale.TokenBucket {
+		state += fmt.Sprintf("|%d|%d", r.galeRule.Limit, r.galeRule.Burst)
+	}
+	sum := sha256.Sum256([]byte(domain + "\x00" + strings.Join(path, "\x00") + "\x00" + place + "\x00" + state))
+	r.id = hex.EncodeToString(sum[:8])
+	r.identity = fmt.Sprintf("%s|%+v|%s|%+v|%s", r.id, r.galeRule, pd.Mode, pd.Lease, pd.OnStoreError)
+	return r, nil
+}
+
+// galeRule translates a policy limit into gale's terms.
+func galeRule(l *policy.Limit) (gale.Rule, error) {
+	r := gale.Rule{Limit: int64(l.RequestsPerUnit), Period: l.Period()}
+	switch l.Algorithm {
+	case policy.FixedWindow, "":
+		r.Algorithm = gale.FixedWindow
+	case policy.SlidingWindow:
+		r.Algorithm = gale.SlidingWindow
+	case policy.GCRA:
+		r.Algorithm, r.Burst = gale.GCRA, int64(l.Burst)
+	case policy.TokenBucket:
+		r.Algorithm, r.Burst = gale.TokenBucket, int64(l.Burst)
+	default:
+		return gale.Rule{}, fmt.Errorf("unknown algorithm %q", l.Algorithm)
+	}
+	if err := r.Validate(); err != nil {
+		return gale.Rule{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), gale.ErrInvalidRule.Error()+": "))
+	}
+	return r, nil
+}
+
+// limiterConfig is the gale configuration of r's limiter.
+func (e *Engine) limiterConfig(r *rule, pd *policy.Descriptor) gale.Config {
+	cfg := gale.Config{
+		Rule:         r.galeRule,
+		MaxKeys:      e.opts.MaxKeys,
+		StoreTimeout: e.opts.StoreTimeout,
+		Clock:        e.opts.Clock,
+	}
+	switch pd.Mode {
+	case policy.CachedDeny:
+		cfg.Mode = gale.CachedDeny
+	case policy.Leased:
+		cfg.Mode = gale.Leased
+		cfg.Lease = gale.LeaseConfig{
+			Batch:           int64(pd.Lease.Batch),
+			Uncoupled:       !pd.Lease.WindowCoupled,
+			LowWater:        int64(pd.Lease.LowWater),
+			ReturnIdleAfter: pd.Lease.ReturnIdleAfter,
+		}
+	}
+	switch pd.OnStoreError {
+	case policy.OnErrorAllow:
+		cfg.OnStoreError = gale.FailOpen
+	case policy.OnErrorDeny:
+		cfg.OnStoreError = gale.FailClosed
+	}
+	return cfg
+}

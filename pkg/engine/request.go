@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/policy"
+)
+
+// Request is one rate-limit question: the protocol-free form of Envoy's
+// RateLimitRequest.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	// HitsAddend is what each descriptor adds to its limits unless it says
+	// otherwise; 0 means 1.
+	HitsAddend uint32
+}
+
+// Descriptor is one list of entries to limit on.
+type Descriptor struct {
+	Entries []Entry
+	// HitsAddend overrides the request's when non-nil; 0 means 1.
+	HitsAddend *uint64
+	// Override, when non-nil, is a limit the request itself sets (Envoy's
+	// descriptor limit override): a fixed window, strict, keyed by the
+	// entries.
+	Override *Override
+	// Negative gives the hits back instead of taking them
+	// (is_negative_hits).
+	Negative bool
+}
+
+// Entry is one key and value of a descriptor.
+type Entry struct{ Key, Value string }
+
+// Override is a limit carried by the request.
+type Override struct {
+	RequestsPerUnit uint32
+	Unit            policy.Unit
+}
+
+// Bounds on a request; beyond them it is rejected with ErrInvalidRequest.
+const (
+	MaxDescriptors = 64
+	MaxEntries     = 16
+	MaxKeyBytes    = 256
+	MaxValueBytes  = 8192
+)
+
+// ErrInvalidRequest is wrapped by every error Decide returns for a request
+// that cannot be answered as sent (no domain, no descriptors, an empty key,
+// too many descriptors or entries, hits that overflow). The adapter maps it
+// to INVALID_ARGUMENT.
+var ErrInvalidRequest = errors.New("invalid rate-limit request")
+
+// Code is a rate-limit verdict, numbered as Envoy's RateLimitResponse.Code.
+type Code uint8
+
+// The verdicts.
+const (
+	CodeUnknown   Code = 0
+	CodeOK        Code = 1
+	CodeOverLimit Code = 2
+)
+
+func (c Code) String() string {
+	switch c {
+	case CodeOK:
+		return "OK"
+	case CodeOverLimit:
+		return "OVER_LIMIT"
+	}
+	return "UNKNOWN"
+}
+
+// Status is the verdict of one request descriptor.
+type Status struct {
+	Code Code
+	// Limit is the limit that decided; nil when no limit applied.
+	Limit *LimitInfo
+	// Remaining is what that limit could still admit (MaxUint32 for an
+	// unlimited rule).
+	Remaining uint32
+	// UntilReset is the time until that limit is fully available again.
+	UntilReset time.Duration
+}
+
+// Response is the answer to a Request.
+type Response struct {
+	// Code is OVER_LIMIT iff some limit that is neither shadow nor quota
+	// mode is over, or every quota-mode descriptor of the request is over.
+	Code Code
+	// Statuses has one entry per request descriptor, in order.
+	Statuses []Status
+	// HeaderStatus is the index of the status closest to its limit (an
+	// over-limit one first, then the least remaining), for the RateLimit-*
+	// response headers; -1 when no limit applied.
+	HeaderStatus int
+	// QuotaMode is true when a quota-mode limit applied; QuotaViolations
+	// lists the descriptors over a quota-mode limit.
+	QuotaMode       bool
+	QuotaViolations []int
+}
+
+func validate(req *Request) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
+	}
+	if req.Domain == "" {
+		return bad("no domain")
+	}
+	if len(req.Descriptors) == 0 {
+		return bad("no descriptors")
+	}
+	if len(req.Descriptors) > MaxDescriptors {
+		return bad("%d descriptors, at most %d", len(req.Descriptors), MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		if len(d.Entries) == 0 {
+			return bad("descriptor %d has no entries", i)
+		}
+		if len(d.Entries) > MaxEntries {
+			return bad("descriptor %d has %d entries, at most %d", i, len(d.Entries), MaxEntries)
+		}
+		for j, e := range d.Entries {
+			if e.Key == "" {
+				return bad("descriptor %d entry %d has an empty key", i, j)
+			}
+			if len(e.Key) > MaxKeyBytes || len(e.Value) > MaxValueBytes {
+				return bad("descriptor %d entry %d is too long (key ≤ %d bytes, value ≤ %d)", i, j, MaxKeyBytes, MaxValueBytes)
+			}
+		}
+		if d.HitsAddend != nil && *d.HitsAddend > gale.MaxLimit {
+			return bad("descriptor %d hits_addend %d above %d", i, *d.HitsAddend, int64(gale.MaxLimit))
+		}
+		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
+			return bad("descriptor %d limit override has no valid unit", i)
+		}
+	}
+	return nil
+}
+
+// cost is what descriptor d adds to its limits.
+func (req *Request) cost(d *Descriptor) int64 {
+	if d.HitsAddend != nil {
+		return max(int64(*d.HitsAddend), 1)
+	}
+	return max(int64(req.HitsAddend), 1)
+}

@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+)
+
+// MaxMetricValues bounds the descriptor values a detailed_metric or
+// value_to_metric rule keeps counters for; later values are counted under
+// OtherValue.
+const MaxMetricValues = 100
+
+// OtherValue is the value label of decisions past MaxMetricValues.
+const OtherValue = "_other"
+
+// Decisions counts a rule's verdicts. NearLimit is a subset of OK: admitted
+// with less than a fifth of the limit left. Shadow counts denials a shadow
+// rule did not enforce.
+type Decisions struct {
+	OK, OverLimit, NearLimit, Shadow int64
+}
+
+type ruleStats struct {
+	ok, over, near, shadow atomic.Int64
+	mu                     sync.Mutex
+	values                 map[string]*Decisions // guarded by mu; at most MaxMetricValues+1 keys
+}
+
+// statsFor returns the counters of ref, the same ones across reloads.
+func (e *Engine) statsFor(ref RuleRef) *ruleStats {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	s := e.stats[ref]
+	if s == nil {
+		s = &ruleStats{}
+		e.stats[ref] = s
+	}
+	return s
+}
+
+// record counts the verdicts of a decided request.
+func (e *Engine) record(req *Request, hits []hit) {
+	for j := range hits {
+		h := &hits[j]
+		if h.r == nil {
+			continue
+		}
+		var d Decisions
+		switch {
+		case h.over && h.shadow():
+			d.Shadow = 1
+		case h.over:
+			d.OverLimit = 1
+		default:
+			d.OK = 1
+			if lim := h.r.info.RequestsPerUnit; !h.r.unlimited && lim > 0 && int64(h.status.Remaining)*5 < int64(lim) {
+				d.NearLimit = 1
+			}
+		}
+		s := h.r.stats
+		s.ok.Add(d.OK)
+		s.over.Add(d.OverLimit)
+		s.near.Add(d.NearLimit)
+		s.shadow.Add(d.Shadow)
+		if h.r.metricValue {
+			entries := req.Descriptors[h.desc].Entries
+			s.addValue(entries[len(entries)-1].Value, d)
+		}
+	}
+}
+
+func (s *ruleStats) addValue(v string, d Decisions) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.values == nil {
+		s.values = map[string]*Decisions{}
+	}
+	c := s.values[v]
+	if c == nil {
+		if len(s.values) >= MaxMetricValues {
+			v = OtherValue
+		}
+		if c = s.values[v]; c == nil {
+			c = &Decisions{}
+			s.values[v] = c
+		}
+	}
+	c.OK += d.OK
+	c.OverLimit += d.OverLimit
+	c.NearLimit += d.NearLimit
+	c.Shadow += d.Shadow
+}
+
+// RuleSnapshot is what a metrics collector reads of one rule of the policy
+// in use.
+type RuleSnapshot struct {
+	Ref       RuleRef
+	Mode      gale.Mode
+	Algorithm string // "unlimited" and "blocked" for the rules that never count
+	Decisions Decisions
+	// Values holds per-value counters of detailed_metric / value_to_metric
+	// rules (at most MaxMetricValues values and OtherValue).
+	Values map[string]Decisions
+	// Limiter is the limiter's counters; zero for unlimited and blocked rules.
+	Limiter gale.Stats
+}
+
+// Snapshot reads the counters of every rule of the policy in use.
+func (e *Engine) Snapshot() []RuleSnapshot {
+	c := e.cur.Load()
+	out := make([]RuleSnapshot, 0, len(c.rules))
+	for _, r := range c.rules {
+		s := RuleSnapshot{Ref: r.ref, Algorithm: r.galeRule.Algorithm.String()}
+		switch {
+		case r.unlimited:
+			s.Algorithm = "unlimited"
+		case r.blocked:
+			s.Algorithm = "blocked"
+		}
+		s.Decisions = Decisions{OK: r.stats.ok.Load(), OverLimit: r.stats.over.Load(), NearLimit: r.stats.near.Load(), Shadow: r.stats.shadow.Load()}
+		if r.limiter != nil {
+			s.Mode = r.limiter.Mode()
+			s.Limiter = r.limiter.Stats()
+		}
+		r.stats.mu.Lock()
+		if len(r.stats.values) > 0 {
+			s.Values = make(map[string]Decisions, len(r.stats.values))
+			for v, d := range r.stats.values {
+				s.Values[v] = *d
+			}
+		}
+		r.stats.mu.Unlock()
+		out = append(out, s)
+	}
+	return out
+}

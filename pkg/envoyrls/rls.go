@@ -1,0 +1,193 @@
+// Package envoyrls adapts Envoy's gRPC protocols to the engine: the
+// RateLimitService v3 (ShouldRateLimit, and the same request as JSON over
+// HTTP). It translates protobuf to the engine's request, and the engine's
+// response back to protobuf; it decides nothing itself.
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/policy"
+)
+
+// Decider answers rate-limit requests; *engine.Engine is one.
+type Decider interface {
+	Decide(ctx context.Context, req *engine.Request, now time.Time) (*engine.Response, error)
+}
+
+// Header names of the rate-limit response headers (envoyproxy/ratelimit's).
+const (
+	HeaderLimit     = "RateLimit-Limit"
+	HeaderRemaining = "RateLimit-Remaining"
+	HeaderReset     = "RateLimit-Reset"
+)
+
+// RateLimitServer serves envoy.service.ratelimit.v3.RateLimitService.
+type RateLimitServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	decider Decider
+	now     func() time.Time
+	headers bool
+}
+
+// Options configure a RateLimitServer.
+type Options struct {
+	// Headers adds RateLimit-Limit, -Remaining and -Reset to every response,
+	// from the status closest to its limit.
+	Headers bool
+	// Now is the clock requests are stamped with (nil: time.Now).
+	Now func() time.Time
+}
+
+// NewRateLimitServer returns a server answering from d.
+func NewRateLimitServer(d Decider, opts Options) *RateLimitServer {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &RateLimitServer{decider: d, now: now, headers: opts.Headers}
+}
+
+// ShouldRateLimit answers one request. A malformed request gets
+// INVALID_ARGUMENT; a store failure under the "error" policy gets
+// UNAVAILABLE, which Envoy resolves with its failure_mode_deny.
+func (s *RateLimitServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	now := s.now()
+	ereq, err := Translate(req)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	resp, err := s.decider.Decide(ctx, ereq, now)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return Response(resp, s.headers), nil
+}
+
+// GRPCError maps an engine error to a gRPC status.
+func GRPCError(err error) error {
+	switch {
+	case errors.Is(err, engine.ErrInvalidRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, gale.ErrStore):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+var unitFromProto = map[rlsv3.RateLimitResponse_RateLimit_Unit]policy.Unit{
+	rlsv3.RateLimitResponse_RateLimit_SECOND: policy.Second,
+	rlsv3.RateLimitResponse_RateLimit_MINUTE: policy.Minute,
+	rlsv3.RateLimitResponse_RateLimit_HOUR:   policy.Hour,
+	rlsv3.RateLimitResponse_RateLimit_DAY:    policy.Day,
+	rlsv3.RateLimitResponse_RateLimit_WEEK:   policy.Week,
+	rlsv3.RateLimitResponse_RateLimit_MONTH:  policy.Month,
+	rlsv3.RateLimitResponse_RateLimit_YEAR:   policy.Year,
+}
+
+var unitToProto = func() map[policy.Unit]rlsv3.RateLimitResponse_RateLimit_Unit {
+	m := map[policy.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{}
+	for p, u := range unitFromProto {
+		m[u] = p
+	}
+	return m
+}()
+
+// Translate turns a RateLimitRequest into the engine's Request. Bounds are
+// the engine's to check (Decide reports them as ErrInvalidRequest); this
+// only refuses what has no meaning at all, like a nil descriptor.
+func Translate(req *rlsv3.RateLimitRequest) (*engine.Request, error) {
+	if req == nil {
+		return nil, errors.Join(engine.ErrInvalidRequest, errors.New("nil request"))
+	}
+	out := &engine.Request{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
+	if n := len(req.GetDescriptors()); n > engine.MaxDescriptors {
+		// Leave the count to the engine's check, but do not copy thousands.
+		out.Descriptors = make([]engine.Descriptor, n)
+		return out, nil
+	}
+	out.Descriptors = make([]engine.Descriptor, len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		if d == nil {
+			return nil, errors.Join(engine.ErrInvalidRequest, errors.New("descriptor "+strconv.Itoa(i)+" is null"))
+		}
+		ed := &out.Descriptors[i]
+		ed.Entries = make([]engine.Entry, len(d.GetEntries()))
+		for j, en := range d.GetEntries() {
+			ed.Entries[j] = engine.Entry{Key: en.GetKey(), Value: en.GetValue()}
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			v := h.GetValue()
+			ed.HitsAddend = &v
+		}
+		if l := d.GetLimit(); l != nil {
+			// envoy.type.v3.RateLimitUnit numbers SECOND..YEAR as the response enum does.
+			ed.Override = &engine.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: unitFromProto[rlsv3.RateLimitResponse_RateLimit_Unit(l.GetUnit())]}
+		}
+		ed.Negative = d.GetIsNegativeHits()
+	}
+	return out, nil
+}
+
+// Response turns the engine's Response into a RateLimitResponse, with the
+// RateLimit-* headers when headers is set.
+func Response(r *engine.Response, headers bool) *rlsv3.RateLimitResponse {
+	out := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_Code(r.Code),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(r.Statuses)),
+	}
+	for i := range r.Statuses {
+		st := &r.Statuses[i]
+		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_Code(st.Code), LimitRemaining: st.Remaining}
+		if st.Limit != nil {
+			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+				Name:            st.Limit.Name,
+				RequestsPerUnit: st.Limit.RequestsPerUnit,
+				Unit:            unitToProto[st.Limit.Unit],
+			}
+			if st.Limit.UnitMultiplier > 1 {
+				ds.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(st.Limit.UnitMultiplier)
+			}
+			ds.DurationUntilReset = durationpb.New(st.UntilReset)
+		}
+		out.Statuses[i] = ds
+	}
+	if headers && r.HeaderStatus >= 0 {
+		st := &r.Statuses[r.HeaderStatus]
+		window := st.Limit.Unit.Duration() * time.Duration(max(st.Limit.UnitMultiplier, 1))
+		reset := int64((st.UntilReset + time.Second - 1) / time.Second)
+		out.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: HeaderLimit, Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10) + ", " +
+				strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10) + ";w=" + strconv.FormatInt(int64(window/time.Second), 10)},
+			{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(st.Remaining), 10)},
+			{Key: HeaderReset, Value: strconv.FormatInt(reset, 10)},
+		}
+	}
+	if r.QuotaMode {
+		violations := make([]any, len(r.QuotaViolations))
+		for i, v := range r.QuotaViolations {
+			violations[i] = float64(v)
+		}
+		if md, err := structpb.NewStruct(map[string]any{"quotaModeEnabled": true, "quotaModeViolations": violations}); err == nil {
+			out.DynamicMetadata = md
+		}
+	}
+	return out
+}

@@ -1,0 +1,144 @@
+package policy
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// maxFileSize bounds one policy file; real ones are a few kilobytes.
+const maxFileSize = 8 << 20
+
+// Load reads the policy in dir: every *.yaml and *.yml file directly in it
+// (not in subdirectories), one domain per file. Names starting with "." are
+// skipped, so the ..data and ..<timestamp> entries of a Kubernetes ConfigMap
+// volume are ignored while its top-level symlinks to the files are followed.
+// An empty directory is a valid, empty Set.
+//
+// When dir cannot be read Load returns an error wrapping the os error (which
+// names the path). Otherwise every problem in every file is reported at
+// once, as an Errors sorted by file and line. Load never panics on bad
+// input. It is safe for concurrent use.
+func Load(dir string) (*Set, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("policy: cannot read the policy directory: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !isPolicyName(name) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		// ReadDir does not follow symlinks: Stat does. A directory named
+		// like a policy file is not one; skip it.
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			continue
+		}
+		files = append(files, path)
+	}
+	set, err := LoadFiles(files...)
+	if set != nil {
+		set.Dir = dir
+	}
+	return set, err
+}
+
+// isPolicyName reports whether a file name is a policy file's.
+func isPolicyName(name string) bool {
+	return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")
+}
+
+// LoadFiles reads exactly the given policy files, with Load's checks (a
+// domain defined in two files is an error) and Load's Hash; the Set's Dir is
+// empty. It serves tools that pick files themselves, such as a test runner
+// that keeps its expectations beside the policy. Problems are reported as
+// an Errors, every file's at once.
+func LoadFiles(paths ...string) (*Set, error) {
+	type file struct {
+		path, base string
+		data       []byte
+	}
+	files := make([]file, 0, len(paths))
+	var errs Errors
+	for _, p := range paths {
+		data, err := readFile(p)
+		if err != nil {
+			errs = append(errs, &Error{Pos: Pos{File: p}, Msg: err.Error()})
+			continue
+		}
+		files = append(files, file{path: p, base: filepath.Base(p), data: data})
+	}
+	slices.SortStableFunc(files, func(a, b file) int {
+		return cmp.Or(cmp.Compare(a.base, b.base), cmp.Compare(a.path, b.path))
+	})
+
+	h := sha256.New()
+	set := &Set{Domains: []*Domain{}}
+	type origin struct {
+		file string
+		pos  Pos
+	}
+	seen := map[string]origin{}
+	for _, f := range files {
+		h.Write([]byte(f.base))
+		h.Write([]byte{0})
+		h.Write(f.data)
+		h.Write([]byte{0})
+
+		d, namePos, ferrs := parseFile(f.path, f.data)
+		errs = append(errs, ferrs...)
+		if d == nil || d.Name == "" {
+			continue
+		}
+		if first, dup := seen[d.Name]; dup {
+			errs = append(errs, &Error{Pos: namePos, Field: "domain", Msg: fmt.Sprintf(
+				"domain %s is already defined in %s (line %d); one domain per file: merge the two files or rename one domain",
+				quote(d.Name), first.file, first.pos.Line)})
+			continue
+		}
+		seen[d.Name] = origin{f.path, namePos}
+		if len(ferrs) == 0 {
+			set.Domains = append(set.Domains, d)
+		}
+	}
+	if len(errs) > 0 {
+		sortErrors(errs)
+		return nil, errs
+	}
+	slices.SortFunc(set.Domains, func(a, b *Domain) int { return cmp.Compare(a.Name, b.Name) })
+	set.Hash = hex.EncodeToString(h.Sum(nil))
+	return set, nil
+}
+
+// readFile reads one policy file, following symlinks, refusing what is not
+// a regular file (a FIFO would block) and what is implausibly large.
+func readFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read this file (%v); check that it exists and is readable", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%v); a policy file is a plain YAML file", fi.Mode().Type())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read this file (%v); check that it exists and is readable", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read this file (%v); check that it exists and is readable", err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("the file is larger than %d MiB; split the policy into one file per domain", maxFileSize>>20)
+	}
+	return data, nil
+}

@@ -1,0 +1,322 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Parse reads one policy file: data is its contents and file the name its
+// errors and Domain.File carry. It returns the domain with every default
+// filled in, or a nil Domain and an Errors listing every problem found
+// (sorted by line). The checks that span files (a domain defined twice) are
+// Load's. Parse is safe for concurrent use.
+func Parse(file string, data []byte) (*Domain, error) {
+	d, _, errs := parseFile(file, data)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return d, nil
+}
+
+// parseFile is Parse, also returning where the domain's name is (for Load's
+// duplicate-domain check); it returns the domain even when there are errors,
+// as far as it could be read.
+func parseFile(file string, data []byte) (*Domain, Pos, Errors) {
+	r := &reader{file: file}
+	top := r.document(data)
+	var d *Domain
+	var namePos Pos
+	if top != nil {
+		d, namePos = r.domain(top)
+		r.checkDomain(d)
+	}
+	sortErrors(r.errs)
+	return d, namePos, r.errs
+}
+
+// document decodes data into one YAML document and returns its top node, or
+// nil after recording why there is none.
+func (r *reader) document(data []byte) *yaml.Node {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := decode(dec, &doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			r.errorf(nil, "", "no domain: the file is empty or holds only comments (start it with domain: <name>)")
+		} else {
+			r.syntaxError(err)
+		}
+		return nil
+	}
+	var next yaml.Node
+	switch err := decode(dec, &next); {
+	case err == nil:
+		r.errorf(&next, "", "a second YAML document starts here; a policy file holds one document (one domain): move it to a file of its own")
+		return nil
+	case !errors.Is(err, io.EOF):
+		r.syntaxError(err)
+		return nil
+	}
+	if len(doc.Content) == 0 {
+		r.errorf(&doc, "", "no domain: the document is empty (start it with domain: <name>)")
+		return nil
+	}
+	top := r.deref(doc.Content[0])
+	switch {
+	case isNull(top):
+		r.errorf(top, "", "no domain: the document is empty (start it with domain: <name>)")
+		return nil
+	case top.Kind != yaml.MappingNode:
+		r.errorf(top, "", "the top level is %s, not a mapping (a policy file is a mapping: domain: <name> and descriptors: [...])", describe(top))
+		return nil
+	}
+	return top
+}
+
+// decode runs one Decode, turning a panic inside yaml.v3 into an error: a
+// policy file is untrusted input and the parser is not ours, so this is the
+// one place a recover stands guard (no panic reaches a reload).
+func decode(dec *yaml.Decoder, n *yaml.Node) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("yaml: the YAML parser failed on this input (%v)", v)
+		}
+	}()
+	return dec.Decode(n)
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError records a yaml.v3 parse error, with its line when it has one.
+func (r *reader) syntaxError(err error) {
+	msg := err.Error()
+	p := Pos{File: r.file}
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		p.Line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	hint := "check the indentation, the colons and the quoting here"
+	if strings.Contains(msg, "cannot start any token") {
+		hint = "YAML indents with spaces, never tabs; quote values that start with @ or `"
+	}
+	r.errorAt(p, "", fmt.Sprintf("invalid YAML: %s (%s)", msg, hint))
+}
+
+// domain reads the top-level mapping.
+func (r *reader) domain(top *yaml.Node) (*Domain, Pos) {
+	d := &Domain{File: r.file}
+	var nameNode *yaml.Node
+	nameOK := true
+	for _, p := range r.pairs(top, "", 0) {
+		switch p.name {
+		case "domain":
+			nameNode = p.val
+			d.Name, nameOK = r.str(p.val, "domain", "domain")
+		case "descriptors":
+			d.Descriptors = r.descriptors(p.val, "descriptors", 1)
+		default:
+			r.unknownKey(p.key, "", topLevel)
+		}
+	}
+	switch {
+	case r.halted, !nameOK:
+	case nameNode == nil:
+		r.errorf(top, "domain", "no domain: add domain: <name> at the top of the file")
+	case d.Name == "":
+		r.errorf(nameNode, "domain", "domain is empty: write its name, e.g. domain: edge")
+	}
+	return d, r.pos(nameNode)
+}
+
+// descriptors reads a list of descriptors at one level of the tree.
+func (r *reader) descriptors(n *yaml.Node, field string, depth int) []*Descriptor {
+	if isNull(n) {
+		return nil
+	}
+	if depth > maxDepth {
+		r.halt(n, field, fmt.Sprintf("descriptors nest deeper than %d levels (does an alias refer to its own ancestor?)", maxDepth))
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		r.errorf(n, field, "descriptors must be a list, not %s (write each descriptor as a list item: - key: ...)", describe(n))
+		return nil
+	}
+	var out []*Descriptor
+	// Upstream keys its map by key+"_"+value, so key "a" value "b_c" and key
+	// "a_b" value "c" collide there and the file is rejected as a duplicate.
+	// We compare (key, value) pairs, which is what the file means: those two
+	// are different descriptors and both load.
+	type composite struct{ key, value string }
+	seen := map[composite]*Descriptor{}
+	for i, e := range n.Content {
+		f := index(field, i)
+		e = r.deref(e)
+		if e == nil {
+			break
+		}
+		if e.Kind != yaml.MappingNode {
+			r.errorf(e, f, "a descriptor must be a mapping (key: ..., value: ..., rate_limit: ...), not %s", describe(e))
+			continue
+		}
+		d := r.descriptor(e, f, depth)
+		if d.Key == "" {
+			continue // already reported
+		}
+		c := composite{d.Key, d.Value}
+		if first, dup := seen[c]; dup {
+			if d.Value == "" {
+				r.errorAt(d.Pos, f, fmt.Sprintf("duplicate descriptor: key %s without a value is already defined at line %d at this level; merge the two", quote(d.Key), first.Pos.Line))
+			} else {
+				r.errorAt(d.Pos, f, fmt.Sprintf("duplicate descriptor: key %s with value %s is already defined at line %d at this level; merge the two", quote(d.Key), quote(d.Value), first.Pos.Line))
+			}
+			continue
+		}
+		seen[c] = d
+		out = append(out, d)
+	}
+	return out
+}
+
+// descriptor reads one descriptor mapping and, recursively, its children.
+func (r *reader) descriptor(m *yaml.Node, field string, depth int) *Descriptor {
+	d := &Descriptor{
+		Mode:         Strict,
+		OnStoreError: OnErrorError,
+		Lease:        Lease{WindowCoupled: true},
+		Pos:          r.pos(m),
+	}
+	var (
+		keyNode, shareKey, leaseVal *yaml.Node
+		modeKey, leaseKey, storeKey *yaml.Node
+		limit                       *Limit
+		more                        []*Limit
+		modeOK                      = true
+		hasKey, keyOK               bool
+	)
+	for _, p := range r.pairs(m, field, 0) {
+		f := join(field, p.name)
+		switch p.name {
+		case "key":
+			hasKey, keyNode = true, p.val
+			d.Key, keyOK = r.str(p.val, f, "key")
+			d.Pos = r.pos(p.key)
+		case "value":
+			d.Value, _ = r.str(p.val, f, "value")
+		case "rate_limit":
+			limit = r.limit(p.val, f)
+		case "rate_limits":
+			more = r.limitList(p.val, f)
+		case "descriptors":
+			d.Descriptors = r.descriptors(p.val, f, depth+1)
+		case "shadow_mode":
+			d.ShadowMode, _ = r.boolean(p.val, f, p.name)
+		case "quota_mode":
+			d.QuotaMode, _ = r.boolean(p.val, f, p.name)
+		case "detailed_metric":
+			d.DetailedMetric, _ = r.boolean(p.val, f, p.name)
+		case "value_to_metric":
+			d.ValueToMetric, _ = r.boolean(p.val, f, p.name)
+		case "share_threshold":
+			d.ShareThreshold, _ = r.boolean(p.val, f, p.name)
+			shareKey = p.key
+		case "mode":
+			if !isNull(p.val) {
+				modeKey = p.key
+				d.Mode, modeOK = r.mode(p.val, f)
+			}
+		case "lease":
+			if !isNull(p.val) {
+				leaseKey, leaseVal = p.key, p.val
+			}
+		case "on_store_error":
+			if !isNull(p.val) {
+				storeKey = p.key
+				d.OnStoreError, _ = r.storeErrorPolicy(p.val, f)
+			}
+		default:
+			r.unknownKey(p.key, field, descriptorLevel)
+		}
+	}
+	if r.halted {
+		return d
+	}
+	switch {
+	case !hasKey:
+		r.errorf(m, field, "descriptor has no key: add key: <descriptor entry key>, e.g. key: remote_address")
+	case keyOK && d.Key == "":
+		r.errorf(keyNode, join(field, "key"), "descriptor key is empty: write the descriptor entry's key, e.g. key: remote_address")
+	}
+	if limit != nil {
+		d.Limits = append(d.Limits, limit)
+	}
+	d.Limits = append(d.Limits, more...)
+
+	if d.ShareThreshold && !d.HasWildcard() {
+		r.errorf(shareKey, join(field, "share_threshold"), "share_threshold needs a wildcard value (one with *, e.g. value: /api/*) whose matches share one counter; this descriptor's value is %s", quote(d.Value))
+	}
+	if leaseVal != nil {
+		d.Lease = r.lease(leaseVal, join(field, "lease"))
+		if modeOK && d.Mode != Leased {
+			r.errorf(leaseKey, join(field, "lease"), "lease applies only with mode: leased (add mode: leased, or remove lease)")
+		}
+	}
+	r.needLimits(d, field, modeKey, leaseKey, storeKey)
+	return d
+}
+
+// needLimits reports mode, lease and on_store_error on a descriptor that has
+// no limit they could apply to.
+func (r *reader) needLimits(d *Descriptor, field string, keys ...*yaml.Node) {
+	for _, l := range d.Limits {
+		if !l.Unlimited {
+			return
+		}
+	}
+	why := "this descriptor has no rate_limit"
+	if len(d.Limits) > 0 {
+		why = "this descriptor's only limits are unlimited"
+	}
+	for _, k := range keys {
+		if k != nil {
+			r.errorf(k, join(field, k.Value), "%s has no limit to enforce: %s (add a rate_limit with a unit, or remove %s)", k.Value, why, k.Value)
+		}
+	}
+}
+
+// mode reads a descriptor's enforcement mode.
+func (r *reader) mode(n *yaml.Node, field string) (Mode, bool) {
+	s, ok := r.str(n, field, "mode")
+	if !ok {
+		return Strict, false
+	}
+	for _, m := range []Mode{Strict, CachedDeny, Leased} {
+		if strings.EqualFold(s, string(m)) {
+			return m, true
+		}
+	}
+	r.errorf(n, field, "%s", enumErr("mode", s, []string{"strict", "cached_deny", "leased"}))
+	return Strict, false
+}
+
+// storeErrorPolicy reads on_store_error.
+func (r *reader) storeErrorPolicy(n *yaml.Node, field string) (StoreErrorPolicy, bool) {
+	s, ok := r.str(n, field, "on_store_error")
+	if !ok {
+		return OnErrorError, false
+	}
+	for _, p := range []StoreErrorPolicy{OnErrorError, OnErrorAllow, OnErrorDeny} {
+		if strings.EqualFold(s, string(p)) {
+			return p, true
+		}
+	}
+	r.errorf(n, field, "%s", enumErr("on_store_error", s, []string{"error", "allow", "deny"}))
+	return OnErrorError, false
+}
