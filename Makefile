@@ -27,7 +27,7 @@ fmt:
 
 # Hot-path benchmarks (allocs/op included). Figures in the README come from it.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./pkg/gale/...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./pkg/gale/... ./pkg/engine/
 
 run: build
 	./bin/throttlekit
@@ -41,3 +41,12 @@ clean:
 .PHONY: bench-rls
 bench-rls:
 	GO=$(GO) ./scripts/bench-rls.sh
+
+# Every fuzz target, FUZZTIME each (default 60s): strategies, policy parser,
+# request translation.
+FUZZTIME ?= 60s
+.PHONY: fuzz
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzTake$$' -fuzztime $(FUZZTIME) ./pkg/gale/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/policy/
+	$(GO) test -run '^$$' -fuzz '^FuzzTranslate$$' -fuzztime $(FUZZTIME) ./pkg/envoyrls/

@@ -103,7 +103,8 @@ func (c *serveConfig) validate() error {
 			errs = append(errs, fmt.Errorf("%s %q: want host:port (e.g. 127.0.0.1:8081): %v", name, addr, err))
 		}
 	}
-	if c.grpcAddr == c.httpAddr {
+	if _, port, _ := net.SplitHostPort(c.grpcAddr); c.grpcAddr == c.httpAddr && port != "0" {
+		// Port 0 asks the kernel for a free port: two of them never clash.
 		errs = append(errs, fmt.Errorf("--grpc-addr and --http-addr are both %s", c.grpcAddr))
 	}
 	if c.storeTimeout <= 0 {

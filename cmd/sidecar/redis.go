@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -12,8 +14,9 @@ import (
 // newRedisClient builds the client --redis-url describes: one server, a
 // Sentinel-managed primary (master_name=…), or a Cluster (redis+cluster://,
 // or several addr=). Pipelines are never retried by the client — a retry
-// after a lost reply could apply a check twice — and connections give up
-// fast, so a dead Redis answers within the store timeout.
+// after a lost reply could apply a check twice — and a refused dial is not
+// retried either (go-redis would try five times, 100ms apart), so a dead
+// Redis answers at once and on_store_error decides within the store timeout.
 func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -38,7 +41,7 @@ func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, e
 		if err != nil {
 			return nil, fmt.Errorf("--redis-url %s (sentinel): %v", Redact(raw), redactErr(err, raw))
 		}
-		o.MaxRetries = -1
+		o.MaxRetries, o.DialerRetries = -1, 1
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
 		return redis.NewFailoverClient(o), nil
 	case cluster || len(q["addr"]) > 0:
@@ -46,7 +49,7 @@ func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, e
 		if err != nil {
 			return nil, fmt.Errorf("--redis-url %s (cluster): %v", Redact(raw), redactErr(err, raw))
 		}
-		o.MaxRetries = -1
+		o.MaxRetries, o.DialerRetries = -1, 1
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
 		return redis.NewClusterClient(o), nil
 	}
@@ -54,7 +57,7 @@ func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, e
 	if err != nil {
 		return nil, fmt.Errorf("--redis-url %s: %v", Redact(raw), redactErr(err, raw))
 	}
-	o.MaxRetries = -1
+	o.MaxRetries, o.DialerRetries = -1, 1
 	defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
 	return redis.NewClient(o), nil
 }
@@ -90,4 +93,12 @@ func redactErr(err error, raw string) error {
 		return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), pw, "xxxxx"))
 	}
 	return err
+}
+
+// slogRedis routes go-redis's own log lines (dial failures and the like)
+// into the sidecar's logger, so --log-format json stays JSON.
+type slogRedis struct{ log *slog.Logger }
+
+func (l slogRedis) Printf(ctx context.Context, format string, v ...any) {
+	l.log.Warn("redis client", "detail", fmt.Sprintf(format, v...))
 }

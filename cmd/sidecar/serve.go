@@ -59,6 +59,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	var ping pinger
 	switch c.store {
 	case "redis":
+		redis.SetLogger(slogRedis{log})
 		var err error
 		if client, err = newRedisClient(c.redisURL, c.storeTimeout); err != nil {
 			return err

@@ -173,7 +173,8 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 	h.status.Limit = &info
 	switch {
 	case h.r != nil && h.r.unlimited:
-		h.status = Status{Code: CodeOK, Limit: &info, Remaining: math.MaxUint32}
+		// As envoyproxy/ratelimit: OK, no current limit, MaxUint32 remaining.
+		h.status = Status{Code: CodeOK, Remaining: math.MaxUint32}
 		return nil
 	case (h.r != nil && h.r.blocked) || (h.r == nil && h.ov.Limit == 0):
 		h.over = true
@@ -204,8 +205,11 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 	}
 	h.d, h.took, h.over = d, d.Allowed && !d.Fallback, !d.Allowed
 	h.status = Status{Code: CodeOK, Limit: &info, Remaining: clampUint32(d.Remaining), UntilReset: max(d.ResetAt.Sub(now), 0)}
-	if h.over && !h.shadow() {
-		h.status.Code = CodeOverLimit
+	if h.over {
+		h.status.Remaining = 0 // as envoyproxy/ratelimit reports an exhausted limit
+		if !h.shadow() {
+			h.status.Code = CodeOverLimit
+		}
 	}
 	return nil
 }
@@ -275,6 +279,9 @@ func (e *Engine) statuses(req *Request, hits []hit, resp *Response) {
 			continue
 		}
 		resp.Statuses[i] = h.status
+		if h.status.Limit == nil {
+			continue // unlimited: nothing to put in the RateLimit-* headers
+		}
 		if resp.HeaderStatus < 0 || closer(&h.status, &resp.Statuses[resp.HeaderStatus]) {
 			resp.HeaderStatus = i
 		}

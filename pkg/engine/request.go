@@ -97,7 +97,8 @@ type Response struct {
 	Statuses []Status
 	// HeaderStatus is the index of the status closest to its limit (an
 	// over-limit one first, then the least remaining), for the RateLimit-*
-	// response headers; -1 when no limit applied.
+	// response headers; -1 when no counted limit applied (none, or only
+	// unlimited ones).
 	HeaderStatus int
 	// QuotaMode is true when a quota-mode limit applied; QuotaViolations
 	// lists the descriptors over a quota-mode limit.

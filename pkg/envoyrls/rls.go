@@ -79,15 +79,18 @@ func (s *RateLimitServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLi
 
 // GRPCError maps an engine error to a gRPC status.
 func GRPCError(err error) error {
+	// A store failure wraps the store's own error, often a timeout: it is
+	// checked first, so it reaches Envoy as UNAVAILABLE (failure_mode_deny
+	// decides), not as the caller's own deadline.
 	switch {
 	case errors.Is(err, engine.ErrInvalidRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, gale.ErrStore):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, gale.ErrStore):
-		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
 }
@@ -169,7 +172,7 @@ func Response(r *engine.Response, headers bool) *rlsv3.RateLimitResponse {
 		}
 		out.Statuses[i] = ds
 	}
-	if headers && r.HeaderStatus >= 0 {
+	if headers && r.HeaderStatus >= 0 && r.Statuses[r.HeaderStatus].Limit != nil {
 		st := &r.Statuses[r.HeaderStatus]
 		window := st.Limit.Unit.Duration() * time.Duration(max(st.Limit.UnitMultiplier, 1))
 		reset := int64((st.UntilReset + time.Second - 1) / time.Second)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -193,5 +194,45 @@ func TestJSONEndpoint(t *testing.T) {
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/json", nil))
 	if w.Code != http.StatusMethodNotAllowed {
 		t.Fatalf("GET: %d", w.Code)
+	}
+}
+
+// TestStoreTimeoutIsUnavailable: a store that timed out is UNAVAILABLE (Envoy's
+// failure_mode_deny decides), not the caller's DEADLINE_EXCEEDED.
+func TestStoreTimeoutIsUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{fmt.Errorf("%w: %w", gale.ErrStore, context.DeadlineExceeded), codes.Unavailable},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+		{context.Canceled, codes.Canceled},
+		{fmt.Errorf("%w: bad", engine.ErrInvalidRequest), codes.InvalidArgument},
+		{errors.New("boom"), codes.Internal},
+	} {
+		if got := status.Code(envoyrls.GRPCError(tc.err)); got != tc.want {
+			t.Errorf("%v → %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestUnlimitedOnlyRequestHasNoHeaders: an unlimited rule answers OK with no
+// current limit and adds no RateLimit-* headers (it used to panic).
+func TestUnlimitedOnlyRequestHasNoHeaders(t *testing.T) {
+	d, err := policy.Parse("u.yaml", []byte("domain: u\ndescriptors:\n  - key: health\n    rate_limit: {unlimited: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := engine.New(engine.Options{Store: memstore.New()})
+	if err := e.Load(context.Background(), &policy.Set{Domains: []*policy.Domain{d}, Hash: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	c := serveGRPC(t, envoyrls.NewRateLimitServer(e, envoyrls.Options{Headers: true}))
+	resp, err := c.ShouldRateLimit(context.Background(), rlReq("u", "health", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.Statuses[0]; st.CurrentLimit != nil || st.LimitRemaining != 4294967295 || len(resp.ResponseHeadersToAdd) != 0 {
+		t.Fatalf("unlimited: %v", resp)
 	}
 }
