@@ -15,6 +15,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -317,5 +318,42 @@ func checkEndpoint(t *testing.T, c *clusterv3.Cluster, host string, port uint32)
 	sa := eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
 	if sa.GetAddress() != host || sa.GetPortValue() != port {
 		t.Errorf("cluster %s: endpoint %s:%d, want %s:%d", c.GetName(), sa.GetAddress(), sa.GetPortValue(), host, port)
+	}
+}
+
+// TestExtProcFilterGatesThroughThrottlekit: the ext_proc filter sits between
+// the rate limit filter and the router, talks to throttlekit, exchanges
+// headers only, and its message timeout leaves room for a gate's queue.
+func TestExtProcFilterGatesThroughThrottlekit(t *testing.T) {
+	b, _ := loadBootstrap(t)
+	hcm := connectionManager(t, b)
+	var names []string
+	var ep *extprocfilterv3.ExternalProcessor
+	for _, f := range hcm.GetHttpFilters() {
+		names = append(names, f.GetName())
+		if f.GetName() == "envoy.filters.http.ext_proc" {
+			ep = new(extprocfilterv3.ExternalProcessor)
+			if err := f.GetTypedConfig().UnmarshalTo(ep); err != nil {
+				t.Fatalf("ext_proc typed_config: %v", err)
+			}
+		}
+	}
+	if ep == nil {
+		t.Fatalf("no envoy.filters.http.ext_proc among %v", names)
+	}
+	want := []string{"envoy.filters.http.ratelimit", "envoy.filters.http.ext_proc", "envoy.filters.http.router"}
+	if len(names) != 3 || names[0] != want[0] || names[1] != want[1] || names[2] != want[2] {
+		t.Errorf("filters %v, want %v", names, want)
+	}
+	if got := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(); got != rlsCluster {
+		t.Errorf("ext_proc cluster %q, want %q", got, rlsCluster)
+	}
+	pm := ep.GetProcessingMode()
+	if pm.GetRequestHeaderMode().String() != "SEND" || pm.GetResponseHeaderMode().String() != "SEND" ||
+		pm.GetRequestBodyMode().String() != "NONE" || pm.GetResponseBodyMode().String() != "NONE" {
+		t.Errorf("processing_mode %v: want headers SEND, bodies NONE", pm)
+	}
+	if d := ep.GetMessageTimeout().AsDuration(); d < 100*time.Millisecond {
+		t.Errorf("message_timeout %v leaves no room for a gate's queue", d)
 	}
 }

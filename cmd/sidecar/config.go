@@ -30,6 +30,7 @@ type serveConfig struct {
 	storeTimeout    time.Duration
 	drainTimeout    time.Duration
 	reloadDebounce  time.Duration
+	messageTimeout  time.Duration
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveConfig, error) {
@@ -49,6 +50,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.BoolVar(&c.shadow, "shadow", false, "global shadow mode: count every rule, enforce none")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 50*time.Millisecond, "longest a check waits for the store before on_store_error decides")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
+	fs.DurationVar(&c.messageTimeout, "extproc-message-timeout", 200*time.Millisecond, "Envoy's ext_proc message_timeout: concurrency gates' queue timeouts must stay below it")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after a policy change before reloading")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: throttlekit serve [flags]\n\nEvery flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n\n", envPrefix)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/throttlekit/throttlekit/pkg/adaptive"
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
@@ -31,6 +32,7 @@ type metrics struct {
 	grpcRequests   *prometheus.CounterVec
 	grpcLatency    *prometheus.HistogramVec
 	storeReachable prometheus.Gauge
+	gateRTT        *prometheus.HistogramVec
 }
 
 func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
@@ -66,12 +68,29 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 		storeReachable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "throttlekit_store_up", Help: "1 when the last readiness probe reached the store.",
 		}),
+		gateRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "throttlekit_gate_rtt_seconds", Help: "Time from request headers to response headers of requests a concurrency gate admitted, by gate and outcome (ok, error, dropped).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"gate", "outcome"}),
 	}
 	reg.MustRegister(m.storeCalls, m.storeErrors, m.storeLatency, m.reloads, m.lastReload, m.policyInfo,
-		m.grpcRequests, m.grpcLatency, m.storeReachable,
+		m.grpcRequests, m.grpcLatency, m.storeReachable, m.gateRTT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&engineCollector{e: e, rs: rs})
 	return m
+}
+
+// observeGate records one request a gate admitted. The gate label is
+// bounded by the policy's gates.
+func (m *metrics) observeGate(gate string, rtt time.Duration, o adaptive.Outcome) {
+	outcome := "ok"
+	switch o {
+	case adaptive.Error, adaptive.Timeout:
+		outcome = "error"
+	case adaptive.Dropped:
+		outcome = "dropped"
+	}
+	m.gateRTT.WithLabelValues(gate, outcome).Observe(rtt.Seconds())
 }
 
 // policyLoaded records a successful load.
@@ -159,13 +178,19 @@ var (
 	descL1Keys        = prometheus.NewDesc("throttlekit_l1_keys", "Keys held in this process's local tier.", []string{"domain", "rule"}, nil)
 	descEvictions     = prometheus.NewDesc("throttlekit_l1_evictions_total", "Keys evicted from a full local tier.", []string{"domain", "rule"}, nil)
 	descFallbacks     = prometheus.NewDesc("throttlekit_store_fallbacks_total", "Decisions made by on_store_error because the store failed.", []string{"domain", "rule"}, nil)
+	descGateLimit     = prometheus.NewDesc("throttlekit_gate_limit", "A concurrency gate's current inferred limit.", []string{"gate", "controller"}, nil)
+	descGateInflight  = prometheus.NewDesc("throttlekit_gate_inflight", "Requests a gate has admitted and not yet released.", []string{"gate"}, nil)
+	descGateQueued    = prometheus.NewDesc("throttlekit_gate_queued", "Requests waiting in a gate's queue.", []string{"gate"}, nil)
+	descGateAdmitted  = prometheus.NewDesc("throttlekit_gate_admitted_total", "Requests a gate admitted.", []string{"gate"}, nil)
+	descGateRejected  = prometheus.NewDesc("throttlekit_gate_rejected_total", "Requests a gate turned away, by reason (limit, queue_full, queue_timeout, cancelled).", []string{"gate", "reason"}, nil)
 	descRoundTrips    = prometheus.NewDesc("throttlekit_redis_round_trips_total", "Round trips to Redis (pipelines and single commands).", nil, nil)
 	descRedisOps      = prometheus.NewDesc("throttlekit_redis_operations_total", "Operations sent to Redis (scripts run).", nil, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descValueDecisions, descLocalHits, descCachedDenials, descLeasesReq,
-		descLeasesGranted, descCreditsLeased, descStranded, descReturned, descL1Keys, descEvictions, descFallbacks, descRoundTrips, descRedisOps} {
+		descLeasesGranted, descCreditsLeased, descStranded, descReturned, descL1Keys, descEvictions, descFallbacks, descRoundTrips, descRedisOps,
+		descGateLimit, descGateInflight, descGateQueued, descGateAdmitted, descGateRejected} {
 		ch <- d
 	}
 }
@@ -200,6 +225,19 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descEvictions, l.Evictions, dom, rule)
 		counter(descFallbacks, l.Fallbacks, dom, rule)
 		ch <- prometheus.MustNewConstMetric(descL1Keys, prometheus.GaugeValue, float64(l.Keys), dom, rule)
+	}
+	for _, g := range c.e.GateSnapshots() {
+		gauge := func(d *prometheus.Desc, v int, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+		}
+		gauge(descGateLimit, g.Limit, g.Name, g.Controller)
+		gauge(descGateInflight, g.Inflight, g.Name)
+		gauge(descGateQueued, g.Queued, g.Name)
+		counter(descGateAdmitted, g.Allowed, g.Name)
+		counter(descGateRejected, g.Rejected, g.Name, "limit")
+		counter(descGateRejected, g.RejectedQueueFull, g.Name, "queue_full")
+		counter(descGateRejected, g.TimedOutInQueue, g.Name, "queue_timeout")
+		counter(descGateRejected, g.Cancelled, g.Name, "cancelled")
 	}
 	if c.rs != nil {
 		st := c.rs.Stats()

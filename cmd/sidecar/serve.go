@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -80,7 +81,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	// The metrics wrapper needs the engine and the engine the wrapped store:
 	// build the engine on a forwarding store.
 	fwd := &instrumentedStore{Store: store}
-	eng, err := engine.New(engine.Options{Store: fwd, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log})
+	eng, err := engine.New(engine.Options{Store: fwd, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout})
 	if err != nil {
 		return err
 	}
@@ -103,11 +104,13 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	rls := envoyrls.NewRateLimitServer(eng, envoyrls.Options{Headers: c.responseHeaders})
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(m.unaryInterceptor(log.Error)))
 	rlsv3.RegisterRateLimitServiceServer(gs, rls)
+	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(eng, envoyrls.ProcessorOptions{Observe: m.observeGate}))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	httpSrv := &http.Server{Handler: newHTTPMux(eng, rls, m, ping, c.storeTimeout), ReadHeaderTimeout: 5 * time.Second}
 
 	errc := make(chan error, 3)

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/throttlekit/throttlekit/pkg/engine"
@@ -24,7 +25,7 @@ func BenchmarkDecide(b *testing.B) {
 			if mode == "leased" {
 				src += "    lease: {batch: 100000}\n"
 			}
-			files := map[string]string{"edge.yaml": replace(src, "%MODE%", mode)}
+			files := map[string]string{"edge.yaml": strings.ReplaceAll(src, "%MODE%", mode)}
 			e := newEngine(b, memstore.New(), files)
 			r := req("edge", "remote_address=10.0.0.1")
 			b.ReportAllocs()
@@ -36,13 +37,4 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		})
 	}
-}
-
-func replace(s, old, new string) string {
-	for i := 0; i+len(old) <= len(s); i++ {
-		if s[i:i+len(old)] == old {
-			return s[:i] + new + replace(s[i+len(old):], old, new)
-		}
-	}
-	return s
 }

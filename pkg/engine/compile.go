@@ -19,6 +19,7 @@ type compiled struct {
 	set     *policy.Set
 	domains map[string]*node
 	rules   []*rule
+	gates   []*gateRule
 }
 
 // rule is one limit of one policy descriptor.
@@ -117,6 +118,9 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 		}
 		walk(root, d.Descriptors, nil)
 	}
+	gates, gerrs := e.compileGates(set, prev, build)
+	errs = append(errs, gerrs...)
+	c.gates = gates
 	if len(errs) > 0 {
 		// Limiters made for this set are not in use: close them.
 		for id, l := range kept {

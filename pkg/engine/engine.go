@@ -35,6 +35,9 @@ type Options struct {
 	Clock clock.Clock
 	// Logger receives reload and close problems (nil: discard).
 	Logger *slog.Logger
+	// MessageTimeout is Envoy's ext_proc message_timeout: gates' queue
+	// timeouts must stay below it (0: DefaultMessageTimeout, Envoy's 200ms).
+	MessageTimeout time.Duration
 }
 
 // Engine answers rate-limit requests from the policy last loaded. It is safe

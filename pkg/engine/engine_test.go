@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,41 +51,13 @@ func req(domain string, descs ...string) *engine.Request {
 	r := &engine.Request{Domain: domain}
 	for _, d := range descs {
 		var desc engine.Descriptor
-		for _, kv := range splitAll(d, ',') {
-			k, v, _ := cut(kv, '=')
+		for _, kv := range strings.Split(d, ",") {
+			k, v, _ := strings.Cut(kv, "=")
 			desc.Entries = append(desc.Entries, engine.Entry{Key: k, Value: v})
 		}
 		r.Descriptors = append(r.Descriptors, desc)
 	}
 	return r
-}
-
-func splitAll(s string, sep byte) []string {
-	var out []string
-	for {
-		i := indexByte(s, sep)
-		if i < 0 {
-			return append(out, s)
-		}
-		out = append(out, s[:i])
-		s = s[i+1:]
-	}
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
-}
-
-func cut(s string, c byte) (string, string, bool) {
-	if i := indexByte(s, c); i >= 0 {
-		return s[:i], s[i+1:], true
-	}
-	return s, "", false
 }
 
 func decide(t testing.TB, e *engine.Engine, r *engine.Request, now time.Time) *engine.Response {

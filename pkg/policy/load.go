@@ -95,6 +95,9 @@ func LoadFiles(paths ...string) (*Set, error) {
 
 		d, namePos, ferrs := parseFile(f.path, f.data)
 		errs = append(errs, ferrs...)
+		if d != nil && len(ferrs) == 0 {
+			set.Gates = append(set.Gates, d.Gates...)
+		}
 		if d == nil || d.Name == "" {
 			continue
 		}
@@ -109,6 +112,7 @@ func LoadFiles(paths ...string) (*Set, error) {
 			set.Domains = append(set.Domains, d)
 		}
 	}
+	errs = append(errs, checkGates(set.Gates)...)
 	if len(errs) > 0 {
 		sortErrors(errs)
 		return nil, errs

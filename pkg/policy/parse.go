@@ -122,12 +122,16 @@ func (r *reader) domain(top *yaml.Node) (*Domain, Pos) {
 			d.Name, nameOK = r.str(p.val, "domain", "domain")
 		case "descriptors":
 			d.Descriptors = r.descriptors(p.val, "descriptors", 1)
+		case "concurrency":
+			d.Gates = r.gates(p.val, "concurrency")
 		default:
 			r.unknownKey(p.key, "", topLevel)
 		}
 	}
 	switch {
 	case r.halted, !nameOK:
+	case nameNode == nil && len(d.Gates) > 0 && len(d.Descriptors) == 0:
+		// A file of gates only: no domain needed.
 	case nameNode == nil:
 		r.errorf(top, "domain", "no domain: add domain: <name> at the top of the file")
 	case d.Name == "":

@@ -16,8 +16,12 @@ import (
 type Set struct {
 	// Dir is the directory the set was read from.
 	Dir string
-	// Domains are sorted by name; names are unique.
+	// Domains are sorted by name; names are unique. A file that only
+	// defines gates adds no domain.
 	Domains []*Domain
+	// Gates are every file's concurrency gates, by file name then file
+	// order: a request takes the first gate that matches. Names are unique.
+	Gates []*Gate
 	// Hash identifies the contents: the SHA-256 (hex) of every file's name
 	// and bytes, in name order. Two loads of the same files give one hash.
 	Hash string
@@ -25,9 +29,12 @@ type Set struct {
 
 // Domain is one file: a domain name and its descriptor tree.
 type Domain struct {
+	// Name is the domain; empty for a file that only defines gates.
 	Name        string
 	File        string // path of the file it came from
 	Descriptors []*Descriptor
+	// Gates are the file's concurrency gates, in file order.
+	Gates []*Gate
 }
 
 // Descriptor is one node of a domain's tree, as envoyproxy/ratelimit defines
@@ -226,4 +233,63 @@ func (es Errors) Error() string {
 		lines[i] = e.Error()
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Gate is one adaptive concurrency gate: the concurrency section of a policy
+// file. Requests (Envoy ext_proc) that match it are admitted only while the
+// gate's inferred limit allows. Gate names are unique across a policy set.
+type Gate struct {
+	Name  string
+	Match GateMatch
+	// Controller infers the limit: gradient2 (default), aimd, p95 or vegas.
+	Controller string
+	// MinLimit, MaxLimit, InitialLimit bound the limit; 0 means the engine's
+	// defaults.
+	MinLimit, MaxLimit, InitialLimit int
+	// Params are the controller's own parameters by name (e.g. tolerance,
+	// target_p95), checked by the engine, which knows each controller.
+	Params map[string]Param
+	Queue  GateQueue
+	Reject GateReject
+	Pos    Pos // where the gate's name is
+}
+
+// GateMatch selects the requests of a gate; every field given must match,
+// and at least one is given.
+type GateMatch struct {
+	// Authority is the :authority (Host) to match; '*' matches any run.
+	Authority string
+	// PathPrefix is a prefix of :path.
+	PathPrefix string
+	// Header, when set, must be present with this exact value (an empty
+	// Value matches any value).
+	Header *HeaderMatch
+}
+
+// HeaderMatch is a request header a gate matches on.
+type HeaderMatch struct{ Name, Value string }
+
+// Param is one controller parameter as written, with where it was written.
+type Param struct {
+	Value string
+	Pos   Pos
+}
+
+// GateQueue is a gate's bounded waiting room.
+type GateQueue struct {
+	// Max is how many requests may wait; 0 rejects at once at the limit.
+	Max int
+	// Timeout is how long one may wait; it must stay under Envoy's ext_proc
+	// message_timeout (the engine checks).
+	Timeout time.Duration
+	// LIFO serves the newest waiter first (default FIFO).
+	LIFO bool
+}
+
+// GateReject is the response a rejected request gets.
+type GateReject struct {
+	// Status is the HTTP status (default 503).
+	Status int
+	// RetryAfter is sent as the retry-after header (default 1s).
+	RetryAfter time.Duration
 }

@@ -1,0 +1,167 @@
+// Package adaptive caps the requests in flight to a backend at a ceiling it
+// infers from their latency, rather than at a hand-tuned constant.
+//
+// Two parts compose. A Controller is a pure control law: it folds completed
+// requests (Samples) into a concurrency limit. It starts no goroutine, reads no
+// clock and does no I/O; time is the now passed to Observe. Four are provided:
+// Gradient2 (latency gradient against a rolling no-load RTT), AIMD (additive
+// increase, multiplicative decrease), P95 (a latency target on a windowed p95 or
+// EWMA, evaluated every tick) and Vegas (estimated queue length against
+// log10-scaled thresholds). Gradient2 and Vegas can opt in to Envoy-style
+// minRTT recalibration.
+//
+// A Gate is the thin concurrent wrapper around one Controller: it admits a
+// request while fewer than the current limit are in flight, optionally queues
+// the rest (FIFO or LIFO, bounded in length and in wait), and hands back a
+// Lease whose Release records the request's Sample and frees its slot for the
+// next waiter. Every limit adjustment happens on that release path; there is
+// no background timer. A Gate is safe for concurrent use; Controllers are not
+// and must each belong to one Gate.
+//
+// The caller stamps time once per request at the edge and passes it down, as
+// golang.org/x/time/rate does; tests drive everything on a fixed timeline and
+// a clock.Fake.
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Outcome is how a request ended. Controllers read it as a congestion signal
+// alongside the RTT.
+type Outcome uint8
+
+const (
+	// OK is a response from the backend that says nothing about overload.
+	OK Outcome = iota
+	// Error is a response that signals trouble, e.g. an HTTP 5xx.
+	Error
+	// Timeout is a request that ran out of time waiting for the backend.
+	Timeout
+	// Dropped is a request whose stream ended before any response (the client
+	// went away). Its RTT says nothing about service time.
+	Dropped
+)
+
+// String returns "ok", "error", "timeout" or "dropped".
+func (o Outcome) String() string {
+	switch o {
+	case OK:
+		return "ok"
+	case Error:
+		return "error"
+	case Timeout:
+		return "timeout"
+	case Dropped:
+		return "dropped"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// failed reports whether o counts against the backend's error rate: Error and
+// Timeout do; OK and Dropped do not.
+func (o Outcome) failed() bool { return o == Error || o == Timeout }
+
+// Sample is one completed request, as a Gate reports it to its Controller.
+type Sample struct {
+	Start    time.Time     // when the request was admitted
+	RTT      time.Duration // admission to response (or to the drop); ≥ 0
+	Inflight int           // requests in flight when it was admitted, itself included
+	Outcome  Outcome
+}
+
+// Controller infers a concurrency limit from completed requests.
+//
+// Implementations are pure: no goroutines, no clock reads, no I/O. They are
+// not safe for concurrent use; the Gate that owns one serialises every call,
+// so a Controller must not be shared between Gates. Limit and Observe always
+// return a value in [MinLimit, MaxLimit] of the controller's config, and
+// MinLimit is at least 1 (a Gate treats an answer below 1 as 1).
+type Controller interface {
+	// Observe folds s in at now and returns the limit now in force.
+	Observe(now time.Time, s Sample) int
+	// Limit returns the limit now in force.
+	Limit() int
+	// Name names the control law: "gradient2", "aimd", "p95" or "vegas".
+	Name() string
+}
+
+var (
+	_ Controller = (*Gradient2)(nil)
+	_ Controller = (*AIMD)(nil)
+	_ Controller = (*P95)(nil)
+	_ Controller = (*Vegas)(nil)
+)
+
+var (
+	// ErrQueueFull is returned by Gate.Acquire when the gate is at its limit
+	// and its queue already holds MaxQueue waiters.
+	ErrQueueFull = errors.New("adaptive: queue full")
+	// ErrQueueTimeout is returned by Gate.Acquire when a request waited
+	// QueueTimeout in the queue without being admitted. Such a request is
+	// never admitted afterwards.
+	ErrQueueTimeout = errors.New("adaptive: timed out in queue")
+	// ErrLimit is returned by Gate.Acquire when the gate is at its limit and
+	// has no queue (MaxQueue is 0).
+	ErrLimit = errors.New("adaptive: concurrency limit reached")
+)
+
+// Defaults shared by every controller config's zero fields.
+const (
+	DefaultMinLimit     = 1
+	DefaultMaxLimit     = 1000
+	DefaultInitialLimit = 20 // clamped into [MinLimit, MaxLimit]
+)
+
+// bounds is a validated [min, max] range and a starting limit inside it.
+type bounds struct{ min, max, initial int }
+
+// resolveBounds applies the defaults to a config's MinLimit, MaxLimit and
+// InitialLimit and checks them; name prefixes the errors.
+func resolveBounds(name string, minL, maxL, initial int) (bounds, error) {
+	if minL < 0 || maxL < 0 || initial < 0 {
+		return bounds{}, fmt.Errorf("adaptive: %s: MinLimit %d, MaxLimit %d, InitialLimit %d: limits must not be negative (0 means the default)", name, minL, maxL, initial)
+	}
+	b := bounds{min: minL, max: maxL, initial: initial}
+	if b.min == 0 {
+		b.min = DefaultMinLimit
+	}
+	if b.max == 0 {
+		b.max = max(DefaultMaxLimit, b.min)
+	}
+	if b.min > b.max {
+		return bounds{}, fmt.Errorf("adaptive: %s: MinLimit %d above MaxLimit %d: lower MinLimit or raise MaxLimit", name, b.min, b.max)
+	}
+	if b.initial == 0 {
+		b.initial = min(max(DefaultInitialLimit, b.min), b.max)
+	}
+	if b.initial < b.min || b.initial > b.max {
+		return bounds{}, fmt.Errorf("adaptive: %s: InitialLimit %d outside [MinLimit %d, MaxLimit %d]: set it inside the range or to 0", name, b.initial, b.min, b.max)
+	}
+	return b, nil
+}
+
+// clamp returns v limited to [b.min, b.max].
+func (b bounds) clamp(v int) int { return min(max(v, b.min), b.max) }
+
+// clampF is clamp for a float estimate.
+func (b bounds) clampF(v float64) float64 {
+	return min(max(v, float64(b.min)), float64(b.max))
+}
+
+// utilized reports whether a sample taken with inflight requests was close
+// enough to limit to say the limit could go higher: inflight ≥ limit·frac. A
+// negative frac disables the guard.
+func utilized(inflight, limit int, frac float64) bool {
+	return frac < 0 || float64(inflight) >= float64(limit)*frac
+}
+
+// checkFrac validates a fraction parameter that must lie in [lo, hi].
+func checkFrac(ctrl, field string, v, lo, hi float64) error {
+	if v != v || v < lo || v > hi {
+		return fmt.Errorf("adaptive: %s: %s %v outside [%v, %v]", ctrl, field, v, lo, hi)
+	}
+	return nil
+}

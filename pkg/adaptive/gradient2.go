@@ -1,0 +1,151 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Gradient2Config configures a Gradient2 controller. Zero fields take the
+// documented defaults.
+type Gradient2Config struct {
+	// MinLimit, MaxLimit and InitialLimit bound and start the limit; 0 means
+	// DefaultMinLimit, DefaultMaxLimit and DefaultInitialLimit.
+	MinLimit, MaxLimit, InitialLimit int
+	// Tolerance is how far the RTT may rise above the no-load RTT before the
+	// limit shrinks: gradient = clamp(Tolerance·rttNoload/rtt, 0.5, 1). At
+	// least 1; 0 means 1.5.
+	Tolerance float64
+	// RTTWindow is how many recent OK samples the no-load RTT is the minimum
+	// of, so the baseline can drift up after a deploy. 0 means 100.
+	RTTWindow int
+	// Smoothing is the weight of each new limit in the estimate's moving
+	// average, in (0, 1]. 0 means 0.2.
+	Smoothing float64
+	// MinUtilization: a sample admitted with Inflight < limit·MinUtilization
+	// carries no "could go higher" information and cannot raise the limit. 0
+	// means 0.5; a negative value disables the guard.
+	MinUtilization float64
+	// Recalibration is opt-in minRTT recalibration; the zero value is off.
+	Recalibration Recalibration
+}
+
+// Defaults for Gradient2Config's zero fields.
+const (
+	DefaultGradient2Tolerance = 1.5
+	DefaultRTTWindow          = 100
+	DefaultGradient2Smoothing = 0.2
+	DefaultMinUtilization     = 0.5
+)
+
+// Gradient2 is the gradient2 control law: it compares each RTT with the
+// no-load RTT (the minimum over the last RTTWindow OK samples, kept in a
+// monotonic deque) and moves an estimate towards
+//
+//	newLimit = estimate·gradient + √estimate
+//
+// by an exponential moving average. The √estimate headroom probes for
+// capacity quickly at small limits and gently at large ones. Error, Timeout
+// and Dropped samples do not feed the no-load RTT; they apply the smallest
+// gradient (0.5), and can only lower the limit.
+//
+// A Gradient2 is not safe for concurrent use; see Controller.
+type Gradient2 struct {
+	b         bounds
+	tolerance float64
+	smoothing float64
+	minUtil   float64
+	estimate  float64 // Invariant: b.min ≤ estimate ≤ b.max
+	limit     int     // ⌊estimate⌋, or the pinned limit while recalibrating; Invariant: b.min ≤ limit ≤ b.max
+	noload    *minWindow
+	recal     recalibrator
+	saved     float64 // the estimate to restore after a recalibration
+}
+
+// NewGradient2 returns a Gradient2 controller for c.
+func NewGradient2(c Gradient2Config) (*Gradient2, error) {
+	const name = "gradient2"
+	b, err := resolveBounds(name, c.MinLimit, c.MaxLimit, c.InitialLimit)
+	if err != nil {
+		return nil, err
+	}
+	if c.Tolerance == 0 {
+		c.Tolerance = DefaultGradient2Tolerance
+	}
+	if c.RTTWindow == 0 {
+		c.RTTWindow = DefaultRTTWindow
+	}
+	if c.Smoothing == 0 {
+		c.Smoothing = DefaultGradient2Smoothing
+	}
+	if c.MinUtilization == 0 {
+		c.MinUtilization = DefaultMinUtilization
+	}
+	if err := checkFrac(name, "Tolerance", c.Tolerance, 1, 100); err != nil {
+		return nil, err
+	}
+	if c.RTTWindow < 0 {
+		return nil, fmt.Errorf("adaptive: %s: RTTWindow %d is negative", name, c.RTTWindow)
+	}
+	if err := checkFrac(name, "Smoothing", c.Smoothing, 1e-9, 1); err != nil {
+		return nil, err
+	}
+	if err := checkFrac(name, "MinUtilization", c.MinUtilization, math.Inf(-1), 1); err != nil {
+		return nil, err
+	}
+	r, err := newRecalibrator(name, c.Recalibration, b)
+	if err != nil {
+		return nil, err
+	}
+	return &Gradient2{
+		b:         b,
+		tolerance: c.Tolerance,
+		smoothing: c.Smoothing,
+		minUtil:   c.MinUtilization,
+		estimate:  float64(b.initial),
+		limit:     b.initial,
+		noload:    newMinWindow(c.RTTWindow),
+		recal:     r,
+	}, nil
+}
+
+// Name returns "gradient2".
+func (*Gradient2) Name() string { return "gradient2" }
+
+// Limit returns the limit now in force.
+func (g *Gradient2) Limit() int { return g.limit }
+
+// Observe folds s in at now and returns the limit now in force.
+func (g *Gradient2) Observe(now time.Time, s Sample) int {
+	rtt := max(s.RTT, time.Nanosecond) // a zero RTT would divide by zero
+	switch g.recal.phase(now, s) {
+	case recalBegin:
+		g.saved = g.estimate
+		g.noload.reset()
+		g.limit = g.recal.cfg.Limit
+		return g.limit
+	case recalHold:
+		return g.limit
+	case recalMeasure:
+		g.noload.push(rtt)
+		return g.limit
+	case recalEnd:
+		g.noload.push(rtt)
+		g.estimate = g.saved
+		g.limit = g.b.clamp(int(g.estimate))
+		return g.limit
+	}
+	gradient := 0.5
+	if s.Outcome == OK {
+		g.noload.push(rtt)
+		noload, _ := g.noload.min()
+		gradient = min(max(g.tolerance*float64(noload)/float64(rtt), 0.5), 1)
+	}
+	newLimit := g.estimate*gradient + math.Sqrt(g.estimate)
+	if newLimit > g.estimate && (s.Outcome != OK || !utilized(s.Inflight, g.limit, g.minUtil)) {
+		return g.limit
+	}
+	g.estimate = g.b.clampF(g.estimate*(1-g.smoothing) + newLimit*g.smoothing)
+	g.limit = g.b.clamp(int(g.estimate))
+	return g.limit
+}

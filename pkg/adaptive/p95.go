@@ -1,0 +1,265 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Signal is the latency statistic a P95 controller steers by.
+type Signal uint8
+
+const (
+	// SignalP95 is the 95th percentile (nearest rank) of the window.
+	SignalP95 Signal = iota
+	// SignalEWMA is the window's samples folded oldest first into an
+	// exponentially weighted moving average (P95Config.EWMAAlpha).
+	SignalEWMA
+)
+
+// P95Config configures a P95 controller. Target is required; the other zero
+// fields take the documented defaults.
+type P95Config struct {
+	// MinLimit, MaxLimit and InitialLimit bound and start the limit; 0 means
+	// DefaultMinLimit, DefaultMaxLimit and DefaultInitialLimit.
+	MinLimit, MaxLimit, InitialLimit int
+	// Target is the latency to hold the signal at. Required.
+	Target time.Duration
+	// Signal is what is compared with Target. The zero value is SignalP95.
+	Signal Signal
+	// Tolerance is the half-width of the hold band around Target, as a
+	// fraction of it, in (0, 1). 0 means 0.1.
+	Tolerance float64
+	// IncreaseStep is added to the limit when the signal is below the band.
+	// 0 means 1.
+	IncreaseStep int
+	// DecreaseFactor multiplies the limit (rounding down) when the signal is
+	// above the band or the error rate above MaxErrorRate, in (0, 1). 0 means
+	// 0.7.
+	DecreaseFactor float64
+	// MaxDecreaseStep caps how much one decrease may take off. 0 means no cap.
+	MaxDecreaseStep int
+	// Window is how far back, from the now of an evaluation, samples count. 0
+	// means 10s.
+	Window time.Duration
+	// MaxSamples bounds the samples held; beyond it the oldest are dropped
+	// even inside Window. 0 means 1024.
+	MaxSamples int
+	// MinSamples is how many latency samples the window must hold before the
+	// limit moves. 0 means 20.
+	MinSamples int
+	// TickInterval is how often, in the now passed to Observe, the limit is
+	// evaluated; evaluation happens lazily on the first Observe at or after
+	// the tick. 0 means 1s.
+	TickInterval time.Duration
+	// Cooldown holds the limit for this long after a decrease, so the next
+	// evaluation sees the effect of the last one. 0 means no cooldown.
+	Cooldown time.Duration
+	// MaxErrorRate, if positive, lowers the limit whenever the window's error
+	// rate (Error and Timeout samples over all but Dropped) is above it, even
+	// when latency is fine. 0 disables it.
+	MaxErrorRate float64
+	// EWMAAlpha is the weight of each newer sample for SignalEWMA, in (0, 1].
+	// 0 means 0.2.
+	EWMAAlpha float64
+	// MinUtilization: the limit rises only if some sample since the last
+	// evaluation was admitted with Inflight ≥ limit·MinUtilization. 0 means
+	// 0.5; a negative value disables the guard.
+	MinUtilization float64
+}
+
+// Defaults for P95Config's zero fields.
+const (
+	DefaultP95Tolerance      = 0.1
+	DefaultP95IncreaseStep   = 1
+	DefaultP95DecreaseFactor = 0.7
+	DefaultP95Window         = 10 * time.Second
+	DefaultP95MaxSamples     = 1024
+	DefaultP95MinSamples     = 20
+	DefaultP95TickInterval   = time.Second
+	DefaultEWMAAlpha         = 0.2
+)
+
+// P95 steers the limit to hold a windowed latency statistic near a target,
+// increasing slowly and decreasing fast. Every TickInterval it computes the
+// signal over the samples of the last Window: above Target·(1+Tolerance) the
+// limit is multiplied by DecreaseFactor; below Target·(1−Tolerance) it gains
+// IncreaseStep; inside the band it holds. Dropped samples are ignored; Error
+// samples count only towards the error rate.
+//
+// A P95 is not safe for concurrent use; see Controller.
+type P95 struct {
+	c     P95Config // resolved
+	b     bounds
+	limit int // Invariant: b.min ≤ limit ≤ b.max
+
+	// The window: a ring of samples in completion order.
+	at      []time.Time
+	rtt     []time.Duration
+	outcome []Outcome
+	head    int // oldest sample
+	size    int // Invariant: 0 ≤ size ≤ MaxSamples
+	scratch []time.Duration
+
+	next      time.Time // the next evaluation; zero before the first Observe
+	calmUntil time.Time // end of the cooldown after the last decrease
+	peak      int       // highest Inflight since the last evaluation
+}
+
+// NewP95 returns a P95 controller for c.
+func NewP95(c P95Config) (*P95, error) {
+	const name = "p95"
+	b, err := resolveBounds(name, c.MinLimit, c.MaxLimit, c.InitialLimit)
+	if err != nil {
+		return nil, err
+	}
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Tolerance, DefaultP95Tolerance)
+	def(&c.DecreaseFactor, DefaultP95DecreaseFactor)
+	def(&c.EWMAAlpha, DefaultEWMAAlpha)
+	def(&c.MinUtilization, DefaultMinUtilization)
+	if c.IncreaseStep == 0 {
+		c.IncreaseStep = DefaultP95IncreaseStep
+	}
+	if c.Window == 0 {
+		c.Window = DefaultP95Window
+	}
+	if c.MaxSamples == 0 {
+		c.MaxSamples = DefaultP95MaxSamples
+	}
+	if c.MinSamples == 0 {
+		c.MinSamples = DefaultP95MinSamples
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = DefaultP95TickInterval
+	}
+	switch {
+	case c.Target <= 0:
+		return nil, fmt.Errorf("adaptive: %s: Target %v: set it to the latency to hold, e.g. 100ms", name, c.Target)
+	case c.Signal > SignalEWMA:
+		return nil, fmt.Errorf("adaptive: %s: unknown Signal %d", name, c.Signal)
+	case c.IncreaseStep < 0 || c.MaxDecreaseStep < 0:
+		return nil, fmt.Errorf("adaptive: %s: IncreaseStep %d and MaxDecreaseStep %d must not be negative", name, c.IncreaseStep, c.MaxDecreaseStep)
+	case c.Window < 0 || c.TickInterval < 0 || c.Cooldown < 0:
+		return nil, fmt.Errorf("adaptive: %s: Window %v, TickInterval %v and Cooldown %v must not be negative", name, c.Window, c.TickInterval, c.Cooldown)
+	case c.MaxSamples < 0 || c.MinSamples < 0:
+		return nil, fmt.Errorf("adaptive: %s: MaxSamples %d and MinSamples %d must not be negative", name, c.MaxSamples, c.MinSamples)
+	case c.MinSamples > c.MaxSamples:
+		return nil, fmt.Errorf("adaptive: %s: MinSamples %d above MaxSamples %d: the limit could never move", name, c.MinSamples, c.MaxSamples)
+	case !(c.Tolerance > 0 && c.Tolerance < 1):
+		return nil, fmt.Errorf("adaptive: %s: Tolerance %v outside (0, 1)", name, c.Tolerance)
+	case !(c.DecreaseFactor > 0 && c.DecreaseFactor < 1):
+		return nil, fmt.Errorf("adaptive: %s: DecreaseFactor %v outside (0, 1)", name, c.DecreaseFactor)
+	}
+	for _, f := range []struct {
+		field string
+		v, lo float64
+		hi    float64
+	}{
+		{"MaxErrorRate", c.MaxErrorRate, 0, 1},
+		{"EWMAAlpha", c.EWMAAlpha, 1e-9, 1},
+		{"MinUtilization", c.MinUtilization, math.Inf(-1), 1},
+	} {
+		if err := checkFrac(name, f.field, f.v, f.lo, f.hi); err != nil {
+			return nil, err
+		}
+	}
+	return &P95{
+		c:       c,
+		b:       b,
+		limit:   b.initial,
+		at:      make([]time.Time, c.MaxSamples),
+		rtt:     make([]time.Duration, c.MaxSamples),
+		outcome: make([]Outcome, c.MaxSamples),
+		scratch: make([]time.Duration, 0, c.MaxSamples),
+	}, nil
+}
+
+// Name returns "p95".
+func (*P95) Name() string { return "p95" }
+
+// Limit returns the limit now in force.
+func (p *P95) Limit() int { return p.limit }
+
+// Observe folds s in at now and, if a tick is due, re-evaluates the limit.
+// It returns the limit now in force.
+func (p *P95) Observe(now time.Time, s Sample) int {
+	if s.Outcome != Dropped {
+		i := (p.head + p.size) % len(p.at)
+		if p.size == len(p.at) {
+			p.head = (p.head + 1) % len(p.at)
+		} else {
+			p.size++
+		}
+		p.at[i], p.rtt[i], p.outcome[i] = now, s.RTT, s.Outcome
+	}
+	p.peak = max(p.peak, s.Inflight)
+	if p.next.IsZero() {
+		p.next = now.Add(p.c.TickInterval)
+	}
+	if now.Before(p.next) {
+		return p.limit
+	}
+	p.next = now.Add(p.c.TickInterval)
+	p.evaluate(now)
+	p.peak = 0
+	return p.limit
+}
+
+// evaluate applies the control law to the window ending at now.
+func (p *P95) evaluate(now time.Time) {
+	cutoff := now.Add(-p.c.Window)
+	for p.size > 0 && p.at[p.head].Before(cutoff) {
+		p.head = (p.head + 1) % len(p.at)
+		p.size--
+	}
+	if now.Before(p.calmUntil) {
+		return
+	}
+	lat, failed := p.scratch[:0], 0
+	for k := range p.size {
+		i := (p.head + k) % len(p.at)
+		if p.outcome[i] != Error {
+			lat = append(lat, p.rtt[i])
+		}
+		if p.outcome[i].failed() {
+			failed++
+		}
+	}
+	if p.size < p.c.MinSamples {
+		return
+	}
+	if p.c.MaxErrorRate > 0 && float64(failed) > p.c.MaxErrorRate*float64(p.size) {
+		p.decrease(now)
+		return
+	}
+	if len(lat) < p.c.MinSamples {
+		return
+	}
+	var signal time.Duration
+	if p.c.Signal == SignalEWMA {
+		signal = ewma(lat, p.c.EWMAAlpha)
+	} else {
+		signal = sortedP95(lat)
+	}
+	target := float64(p.c.Target)
+	switch {
+	case float64(signal) > target*(1+p.c.Tolerance):
+		p.decrease(now)
+	case float64(signal) < target*(1-p.c.Tolerance) && utilized(p.peak, p.limit, p.c.MinUtilization):
+		p.limit = p.b.clamp(p.limit + p.c.IncreaseStep)
+	}
+}
+
+func (p *P95) decrease(now time.Time) {
+	next := int(float64(p.limit) * p.c.DecreaseFactor)
+	if p.c.MaxDecreaseStep > 0 {
+		next = max(next, p.limit-p.c.MaxDecreaseStep)
+	}
+	p.limit = p.b.clamp(next)
+	p.calmUntil = now.Add(p.c.Cooldown)
+}

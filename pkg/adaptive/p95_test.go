@@ -1,0 +1,149 @@
+package adaptive
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// The kata's tests 1, 2, 3 and 6 on the p95 controller, with the exact steps.
+// Samples come every 5ms; the first Observe (t0+5ms) schedules the first
+// tick at t0+105ms, when the window holds 21 samples.
+
+func newKataP95(t *testing.T, minL, maxL, initial int, mod func(*P95Config)) *P95 {
+	t.Helper()
+	cfg := kataP95(minL, maxL, initial)
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := NewP95(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestP95IncreasesOneStepPerTickUnderLowLatency(t *testing.T) {
+	c, now := newKataP95(t, 1, 10, 2, nil), t0
+	limits := feed(c, &now, 20, 5*time.Millisecond, 40*time.Millisecond, OK)
+	if slices.Max(limits) != 2 {
+		t.Fatalf("limit moved before the first tick: %v", limits)
+	}
+	feed(c, &now, 1, 5*time.Millisecond, 40*time.Millisecond, OK) // t0+105ms: tick
+	if c.Limit() != 3 {
+		t.Fatalf("after the first tick: limit %d, want 3", c.Limit())
+	}
+	limits = feed(c, &now, 400, 5*time.Millisecond, 40*time.Millisecond, OK)
+	if got := slices.Compact(limits); !slices.Equal(got, []int{3, 4, 5, 6, 7, 8, 9, 10}) {
+		t.Fatalf("limits %v, want one step per tick up to the max", got)
+	}
+}
+
+func TestP95DecreasesFastUnderHighLatency(t *testing.T) {
+	c, now := newKataP95(t, 1, 10, 10, nil), t0
+	limits := feed(c, &now, 100, 5*time.Millisecond, 500*time.Millisecond, OK)
+	if got := slices.Compact(limits); !slices.Equal(got, []int{10, 7, 4, 2, 1}) {
+		t.Fatalf("limits %v, want 10→7→4→2→1", got)
+	}
+}
+
+func TestP95HoldsInsideTheBand(t *testing.T) {
+	for _, signal := range []Signal{SignalP95, SignalEWMA} {
+		c, now := newKataP95(t, 1, 20, 10, func(c *P95Config) { c.Signal = signal }), t0
+		for i := range 400 {
+			rtt := time.Duration(95+i%11) * time.Millisecond // 95..105ms
+			if got := feed(c, &now, 1, 5*time.Millisecond, rtt, OK)[0]; got != 10 {
+				t.Fatalf("signal %d, sample %d: limit %d, want 10", signal, i, got)
+			}
+		}
+	}
+}
+
+func TestP95RecoversAfterBackendImproves(t *testing.T) {
+	c, now := newKataP95(t, 1, 10, 10, nil), t0
+	feed(c, &now, 100, 5*time.Millisecond, 500*time.Millisecond, OK) // phase 1: 500ms
+	if c.Limit() != 1 {
+		t.Fatalf("phase 1: limit %d, want 1", c.Limit())
+	}
+	// Phase 2: while more than 5% of the 1s window is slow, p95 stays high.
+	limits := feed(c, &now, 180, 5*time.Millisecond, 40*time.Millisecond, OK)
+	if slices.Max(limits) != 1 {
+		t.Fatalf("limit rose while the window still held slow samples: %v", slices.Compact(limits))
+	}
+	limits = feed(c, &now, 400, 5*time.Millisecond, 40*time.Millisecond, OK)
+	if got := slices.Compact(limits); !slices.Equal(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+		t.Fatalf("limits %v, want a gradual climb back to 10", got)
+	}
+}
+
+func TestP95WaitsForMinSamples(t *testing.T) {
+	c, now := newKataP95(t, 1, 10, 10, nil), t0
+	// One slow sample every 60ms: never 20 in the 1s window.
+	if limits := feed(c, &now, 100, 60*time.Millisecond, 500*time.Millisecond, OK); slices.Min(limits) != 10 {
+		t.Fatalf("limit moved on too few samples: %v", slices.Compact(limits))
+	}
+}
+
+func TestP95CooldownAndMaxDecreaseStep(t *testing.T) {
+	c, now := newKataP95(t, 1, 100, 100, func(c *P95Config) {
+		c.Cooldown = 250 * time.Millisecond
+		c.MaxDecreaseStep = 20
+	}), t0
+	type step struct {
+		at    time.Duration
+		limit int
+	}
+	var steps []step
+	last := c.Limit()
+	for range 300 {
+		if l := feed(c, &now, 1, 5*time.Millisecond, 500*time.Millisecond, OK)[0]; l != last {
+			steps = append(steps, step{now.Sub(t0), l})
+			last = l
+		}
+	}
+	// 100 → 80 (capped at −20; 70 otherwise) → 60 → 42 → 29 → 20, one
+	// decrease every third tick: the 250ms cooldown skips two.
+	want := []step{{105e6, 80}, {405e6, 60}, {705e6, 42}, {1005e6, 29}, {1305e6, 20}}
+	if !slices.Equal(steps, want) {
+		t.Fatalf("decreases %v, want %v", steps, want)
+	}
+}
+
+func TestP95ErrorRateDecreasesWhenLatencyIsFine(t *testing.T) {
+	c, now := newKataP95(t, 1, 10, 10, func(c *P95Config) { c.MaxErrorRate = 0.05 }), t0
+	for i := range 21 {
+		o := OK
+		if i%5 == 0 {
+			o = Error // 20% errors, all fast
+		}
+		feed(c, &now, 1, 5*time.Millisecond, 40*time.Millisecond, o)
+	}
+	if c.Limit() != 7 {
+		t.Fatalf("limit %d at 20%% errors, want 7", c.Limit())
+	}
+}
+
+func TestP95TimeoutsAreLatency(t *testing.T) {
+	c, now := newKataP95(t, 1, 10, 10, nil), t0
+	feed(c, &now, 21, 5*time.Millisecond, time.Second, Timeout)
+	if c.Limit() != 7 {
+		t.Fatalf("limit %d after slow timeouts, want 7", c.Limit())
+	}
+}
+
+func TestP95EWMASignal(t *testing.T) {
+	c, now := newKataP95(t, 1, 10, 10, func(c *P95Config) { c.Signal = SignalEWMA }), t0
+	feed(c, &now, 21, 5*time.Millisecond, 500*time.Millisecond, OK)
+	if c.Limit() != 7 {
+		t.Fatalf("limit %d under slow EWMA, want 7", c.Limit())
+	}
+}
+
+func TestP95WindowForgetsOldSamples(t *testing.T) {
+	c, now := newKataP95(t, 1, 10, 10, nil), t0
+	feed(c, &now, 19, 5*time.Millisecond, 500*time.Millisecond, OK)
+	now = now.Add(2 * time.Second) // the slow samples leave the window
+	if limits := feed(c, &now, 5, 5*time.Millisecond, 500*time.Millisecond, OK); slices.Min(limits) != 10 {
+		t.Fatalf("stale samples counted: %v", limits)
+	}
+}

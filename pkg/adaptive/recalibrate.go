@@ -1,0 +1,121 @@
+package adaptive
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Recalibration configures Envoy-style minRTT recalibration for Gradient2 and
+// Vegas. Every Interval (± Jitter) of the now passed to Observe, the
+// controller pins its limit to a low value so queues drain, re-measures the
+// no-load RTT from RequestCount samples of requests admitted under the pin,
+// then restores the limit it had before. The zero value disables it.
+//
+// While pinned, samples of requests admitted before the pin and samples that
+// are not OK are ignored; if no OK sample ever arrives the limit stays pinned.
+type Recalibration struct {
+	// Interval is the time between recalibrations. 0 disables recalibration.
+	Interval time.Duration
+	// Jitter spreads each interval uniformly over [Interval−Jitter,
+	// Interval+Jitter] so a fleet does not recalibrate in step. It must be
+	// below Interval, and Rand must be set when it is positive.
+	Jitter time.Duration
+	// Rand draws the jitter; seed it for deterministic tests. The controller
+	// uses it from Observe only, so it must not be shared with other
+	// goroutines.
+	Rand *rand.Rand
+	// Limit is the limit pinned while recalibrating. 0 means MinLimit.
+	Limit int
+	// RequestCount is how many samples re-measure the no-load RTT. 0 means
+	// 50.
+	RequestCount int
+}
+
+// DefaultRecalibrationRequests is Recalibration.RequestCount's default.
+const DefaultRecalibrationRequests = 50
+
+// recalPhase tells Observe what to do with a sample.
+type recalPhase uint8
+
+const (
+	recalOff     recalPhase = iota // not recalibrating: apply the control law
+	recalBegin                     // starts now: save the limit, pin it, empty the baseline; ignore the sample
+	recalHold                      // pinned; ignore the sample
+	recalMeasure                   // pinned; feed the sample's RTT to the baseline, nothing else
+	recalEnd                       // feed the sample's RTT, then restore the saved limit
+)
+
+// recalibrator schedules recalibrations on the Observe timeline.
+type recalibrator struct {
+	cfg    Recalibration // resolved; Interval 0 means off
+	next   time.Time     // when the next recalibration starts; zero before the first Observe
+	active bool
+	since  time.Time // when the active recalibration pinned the limit
+	seen   int       // samples measured so far; Invariant: 0 ≤ seen < cfg.RequestCount while active
+}
+
+// newRecalibrator validates c against b for the controller ctrl.
+func newRecalibrator(ctrl string, c Recalibration, b bounds) (recalibrator, error) {
+	if c.Interval == 0 {
+		if c.Jitter != 0 || c.Limit != 0 || c.RequestCount != 0 {
+			return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration has settings but no Interval: set Interval to enable it", ctrl)
+		}
+		return recalibrator{}, nil
+	}
+	switch {
+	case c.Interval < 0:
+		return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration.Interval %v is negative", ctrl, c.Interval)
+	case c.Jitter < 0 || c.Jitter >= c.Interval:
+		return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration.Jitter %v outside [0, Interval %v)", ctrl, c.Jitter, c.Interval)
+	case c.Jitter > 0 && c.Rand == nil:
+		return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration.Jitter needs a Rand: pass a seeded *rand.Rand", ctrl)
+	case c.RequestCount < 0:
+		return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration.RequestCount %d is negative", ctrl, c.RequestCount)
+	}
+	if c.Limit == 0 {
+		c.Limit = b.min
+	}
+	if c.Limit < b.min || c.Limit > b.max {
+		return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration.Limit %d outside [MinLimit %d, MaxLimit %d]", ctrl, c.Limit, b.min, b.max)
+	}
+	if c.RequestCount == 0 {
+		c.RequestCount = DefaultRecalibrationRequests
+	}
+	return recalibrator{cfg: c}, nil
+}
+
+// phase advances the schedule to now and classifies s.
+func (r *recalibrator) phase(now time.Time, s Sample) recalPhase {
+	if r.cfg.Interval == 0 {
+		return recalOff
+	}
+	if r.next.IsZero() {
+		r.schedule(now)
+	}
+	if !r.active {
+		if now.Before(r.next) {
+			return recalOff
+		}
+		r.active, r.since, r.seen = true, now, 0
+		return recalBegin
+	}
+	if s.Outcome != OK || s.Start.Before(r.since) {
+		return recalHold
+	}
+	r.seen++
+	if r.seen < r.cfg.RequestCount {
+		return recalMeasure
+	}
+	r.active = false
+	r.schedule(now)
+	return recalEnd
+}
+
+func (r *recalibrator) schedule(now time.Time) {
+	d := r.cfg.Interval
+	if j := r.cfg.Jitter; j > 0 {
+		d += time.Duration(r.cfg.Rand.Int64N(int64(2*j)+1)) - j
+	}
+	r.next = now.Add(d)
+}

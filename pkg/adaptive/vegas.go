@@ -1,0 +1,118 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// VegasConfig configures a Vegas controller. Zero fields take the documented
+// defaults.
+type VegasConfig struct {
+	// MinLimit, MaxLimit and InitialLimit bound and start the limit; 0 means
+	// DefaultMinLimit, DefaultMaxLimit and DefaultInitialLimit.
+	MinLimit, MaxLimit, InitialLimit int
+	// RTTWindow is how many recent OK samples the no-load RTT is the minimum
+	// of. 0 means DefaultRTTWindow.
+	RTTWindow int
+	// MinUtilization: a sample admitted with Inflight < limit·MinUtilization
+	// cannot raise the limit. 0 means 0.5; a negative value disables the
+	// guard.
+	MinUtilization float64
+	// Recalibration is opt-in minRTT recalibration; the zero value is off.
+	Recalibration Recalibration
+}
+
+// Vegas is the TCP Vegas law as Netflix's concurrency-limits applies it. From
+// each OK sample it estimates the requests queued at the backend,
+//
+//	queue = limit·(1 − rttNoload/rtt)
+//
+// and with step = max(1, ⌊log10(limit)⌋), alpha = max(1, 3·log10(limit)) and
+// beta = max(1, 6·log10(limit)): queue < alpha raises the limit by step (if the
+// sample was admitted near the limit), queue > beta lowers it by step, and
+// anything between holds. Error, Timeout and Dropped samples lower it by step
+// and do not feed the no-load RTT (the minimum over the last RTTWindow OK
+// samples).
+//
+// A Vegas is not safe for concurrent use; see Controller.
+type Vegas struct {
+	b       bounds
+	minUtil float64
+	limit   int // Invariant: b.min ≤ limit ≤ b.max
+	noload  *minWindow
+	recal   recalibrator
+	saved   int // the limit to restore after a recalibration
+}
+
+// NewVegas returns a Vegas controller for c.
+func NewVegas(c VegasConfig) (*Vegas, error) {
+	const name = "vegas"
+	b, err := resolveBounds(name, c.MinLimit, c.MaxLimit, c.InitialLimit)
+	if err != nil {
+		return nil, err
+	}
+	if c.RTTWindow == 0 {
+		c.RTTWindow = DefaultRTTWindow
+	}
+	if c.MinUtilization == 0 {
+		c.MinUtilization = DefaultMinUtilization
+	}
+	if c.RTTWindow < 0 {
+		return nil, fmt.Errorf("adaptive: %s: RTTWindow %d is negative", name, c.RTTWindow)
+	}
+	if err := checkFrac(name, "MinUtilization", c.MinUtilization, math.Inf(-1), 1); err != nil {
+		return nil, err
+	}
+	r, err := newRecalibrator(name, c.Recalibration, b)
+	if err != nil {
+		return nil, err
+	}
+	return &Vegas{b: b, minUtil: c.MinUtilization, limit: b.initial, noload: newMinWindow(c.RTTWindow), recal: r}, nil
+}
+
+// Name returns "vegas".
+func (*Vegas) Name() string { return "vegas" }
+
+// Limit returns the limit now in force.
+func (v *Vegas) Limit() int { return v.limit }
+
+// Observe folds s in at now and returns the limit now in force.
+func (v *Vegas) Observe(now time.Time, s Sample) int {
+	rtt := max(s.RTT, time.Nanosecond) // a zero RTT would divide by zero
+	switch v.recal.phase(now, s) {
+	case recalBegin:
+		v.saved = v.limit
+		v.noload.reset()
+		v.limit = v.recal.cfg.Limit
+		return v.limit
+	case recalHold:
+		return v.limit
+	case recalMeasure:
+		v.noload.push(rtt)
+		return v.limit
+	case recalEnd:
+		v.noload.push(rtt)
+		v.limit = v.saved
+		return v.limit
+	}
+	l := float64(v.limit)
+	lg := math.Log10(l)
+	step := max(1, int(lg))
+	if s.Outcome != OK {
+		v.limit = v.b.clamp(v.limit - step)
+		return v.limit
+	}
+	v.noload.push(rtt)
+	noload, _ := v.noload.min()
+	queue := l * (1 - float64(noload)/float64(rtt))
+	switch {
+	case queue < max(1, 3*lg):
+		if utilized(s.Inflight, v.limit, v.minUtil) {
+			v.limit = v.b.clamp(v.limit + step)
+		}
+	case queue > max(1, 6*lg):
+		v.limit = v.b.clamp(v.limit - step)
+	}
+	return v.limit
+}

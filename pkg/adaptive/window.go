@@ -1,0 +1,84 @@
+package adaptive
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// minWindow is the minimum over the last n values pushed, kept in a monotonic
+// deque: each value is pushed and popped at most once, so Push is O(1)
+// amortised, and the deque never holds more than n entries, so it never grows
+// after construction. The zero value is unusable; make one with newMinWindow.
+type minWindow struct {
+	n     uint64   // window length in values; > 0
+	seq   []uint64 // ring of (sequence number, value) pairs; cap n
+	val   []time.Duration
+	head  int    // index of the front (the window's minimum)
+	size  int    // entries in the deque; Invariant: 0 ≤ size ≤ n, values strictly increase front to back
+	count uint64 // values pushed since the last reset
+}
+
+func newMinWindow(n int) *minWindow {
+	return &minWindow{n: uint64(n), seq: make([]uint64, n), val: make([]time.Duration, n)}
+}
+
+// push adds v as the newest value and evicts values older than the window.
+func (w *minWindow) push(v time.Duration) {
+	// Evict first: the front leaves once n values are newer than it,
+	// counting v, which also frees a cell for v in a full ring.
+	for w.size > 0 && w.seq[w.head]+w.n <= w.count {
+		w.head = (w.head + 1) % len(w.val)
+		w.size--
+	}
+	// Drop from the back every value ≥ v: v outlives them and is no larger.
+	for w.size > 0 && w.val[w.back()] >= v {
+		w.size--
+	}
+	i := (w.head + w.size) % len(w.val)
+	w.seq[i], w.val[i] = w.count, v
+	w.size++
+	w.count++
+}
+
+func (w *minWindow) back() int { return (w.head + w.size - 1) % len(w.val) }
+
+// min returns the minimum of the window; ok is false when it is empty.
+func (w *minWindow) min() (v time.Duration, ok bool) {
+	if w.size == 0 {
+		return 0, false
+	}
+	return w.val[w.head], true
+}
+
+// reset empties the window.
+func (w *minWindow) reset() { w.head, w.size, w.count = 0, 0, 0 }
+
+// percentile returns the q-quantile (0 < q ≤ 1) of sorted by the nearest-rank
+// method: the smallest value with at least q of the values at or below it.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted))-1e-9)) - 1 // the epsilon absorbs float error in q·n
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// sortedP95 sorts xs in place and returns its 95th percentile.
+func sortedP95(xs []time.Duration) time.Duration {
+	slices.Sort(xs)
+	return percentile(xs, 0.95)
+}
+
+// ewma folds xs, oldest first, into an exponentially weighted moving average
+// giving weight alpha to each newer value; 0 for no values.
+func ewma(xs []time.Duration, alpha float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	avg := float64(xs[0])
+	for _, x := range xs[1:] {
+		avg += alpha * (float64(x) - avg)
+	}
+	return time.Duration(avg)
+}

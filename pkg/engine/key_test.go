@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// TestCounterKeyIsInjective: for random (domain, rule, entries) tuples built
+// from the bytes that break naive encodings (separators, digits, braces,
+// NULs), two different tuples never share a key — checked against the tuples
+// themselves as the naive reference.
+func TestCounterKeyIsInjective(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	alphabet := []byte("ab:_.{}|0123456789\x00 ")
+	word := func() string {
+		b := make([]byte, rng.IntN(5))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	seen := map[string]string{}
+	for i := 0; i < 200000; i++ {
+		n := 1 + rng.IntN(3)
+		keys, values := make([]string, n), make([]string, n)
+		for j := range keys {
+			keys[j], values[j] = word(), word()
+		}
+		domain, rule := word(), word()
+		tuple := strings.Join(append(append([]string{domain, rule}, keys...), values...), "\xff") + "|" + string(rune('0'+n))
+		k := counterKey(nil, domain, rule, keys, values)
+		if prev, ok := seen[k]; ok && prev != tuple {
+			t.Fatalf("key %q shared by %q and %q", k, prev, tuple)
+		}
+		seen[k] = tuple
+	}
+}
+
+func TestGlobAgainstNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	gen := func(alpha string, n int) string {
+		b := make([]byte, rng.IntN(n))
+		for i := range b {
+			b[i] = alpha[rng.IntN(len(alpha))]
+		}
+		return string(b)
+	}
+	for i := 0; i < 100000; i++ {
+		p, s := gen("ab*", 6), gen("ab", 8)
+		if got, want := glob(p, s), naiveGlob(p, s); got != want {
+			t.Fatalf("glob(%q, %q) = %v, want %v", p, s, got, want)
+		}
+	}
+}
+
+// naiveGlob is the obvious recursive definition of '*' matching.
+func naiveGlob(p, s string) bool {
+	if p == "" {
+		return s == ""
+	}
+	if p[0] == '*' {
+		for i := 0; i <= len(s); i++ {
+			if naiveGlob(p[1:], s[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	return s != "" && s[0] == p[0] && naiveGlob(p[1:], s[1:])
+}

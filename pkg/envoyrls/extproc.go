@@ -1,0 +1,183 @@
+package envoyrls
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/throttlekit/throttlekit/pkg/adaptive"
+	"github.com/throttlekit/throttlekit/pkg/engine"
+)
+
+// GateChooser picks a request's concurrency gate; *engine.Engine is one.
+type GateChooser interface {
+	ChooseGate(authority, path string, header func(name string) (string, bool)) (engine.GateChoice, bool)
+}
+
+// Headers a rejection carries besides retry-after.
+const (
+	HeaderGate      = "x-throttlekit-gate"
+	HeaderGateLimit = "x-throttlekit-concurrency-limit"
+)
+
+// ProcessorServer serves envoy.service.ext_proc.v3.ExternalProcessor: it
+// gates each HTTP request through the adaptive concurrency gate its headers
+// select. Envoy must send request and response headers (processing_mode
+// request_header_mode and response_header_mode SEND) and no bodies.
+type ProcessorServer struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	gates   GateChooser
+	now     func() time.Time
+	observe func(gate string, rtt time.Duration, o adaptive.Outcome)
+}
+
+// ProcessorOptions configure a ProcessorServer.
+type ProcessorOptions struct {
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+	// Observe, when set, is told every release: the gate, the RTT and the
+	// outcome (for an RTT histogram).
+	Observe func(gate string, rtt time.Duration, o adaptive.Outcome)
+}
+
+// NewProcessorServer returns a server gating through g.
+func NewProcessorServer(g GateChooser, opts ProcessorOptions) *ProcessorServer {
+	s := &ProcessorServer{gates: g, now: opts.Now, observe: opts.Observe}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s
+}
+
+// release frees the slot and reports the request.
+func (s *ProcessorServer) release(l adaptive.Lease, gate string, start time.Time, o adaptive.Outcome) {
+	now := s.now()
+	l.Release(now, o)
+	if s.observe != nil {
+		s.observe(gate, now.Sub(start), o)
+	}
+}
+
+// Process handles one HTTP request's stream, in Envoy's message order:
+// request headers (acquire, or reject with an ImmediateResponse), then
+// response headers (release, with the RTT from request headers to response
+// headers and the outcome from :status: 5xx is an error). A stream that ends
+// before the response headers (EOF, cancel, reset) releases as dropped.
+func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	var lease adaptive.Lease
+	var gate string
+	var start time.Time
+	held := false
+	defer func() {
+		if held {
+			s.release(lease, gate, start, adaptive.Dropped)
+		}
+	}()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var resp *extprocv3.ProcessingResponse
+		switch m := req.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			if held { // a second request on one stream: Envoy never sends one
+				s.release(lease, gate, start, adaptive.Dropped)
+				held = false
+			}
+			h := headersOf(m.RequestHeaders.GetHeaders())
+			choice, ok := s.gates.ChooseGate(h.get(":authority"), h.get(":path"), h.lookup)
+			if !ok {
+				resp = continueRequest()
+				break
+			}
+			start = s.now()
+			l, err := choice.Gate.Acquire(stream.Context(), start)
+			if err != nil {
+				if stream.Context().Err() != nil {
+					return stream.Context().Err()
+				}
+				resp = reject(choice)
+				break
+			}
+			lease, gate, held = l, choice.Name, true
+			resp = continueRequest()
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			if held {
+				outcome := adaptive.OK
+				if code, err := strconv.Atoi(headersOf(m.ResponseHeaders.GetHeaders()).get(":status")); err == nil && code >= 500 {
+					outcome = adaptive.Error
+				}
+				s.release(lease, gate, start, outcome)
+				held = false
+			}
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		case *extprocv3.ProcessingRequest_RequestTrailers:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+		default:
+			continue // flow-control messages need no answer
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func continueRequest() *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+}
+
+// reject answers a request the gate turned away, as Envoy's adaptive
+// concurrency filter does: an error status (503 by default) with retry-after
+// and the gate's name and limit.
+func reject(c engine.GateChoice) *extprocv3.ProcessingResponse {
+	set := func(k, v string) *corev3.HeaderValueOption {
+		return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
+	}
+	retry := int64((c.RetryAfter + time.Second - 1) / time.Second)
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status: &typev3.HttpStatus{Code: typev3.StatusCode(c.Status)},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+			set("retry-after", strconv.FormatInt(retry, 10)),
+			set(HeaderGate, c.Name),
+			set(HeaderGateLimit, strconv.Itoa(c.Gate.Snapshot().Limit)),
+		}},
+		Body:    []byte("concurrency limit reached: " + c.Name + "\n"),
+		Details: "throttlekit_concurrency_limit",
+	}}}
+}
+
+// headerMap reads Envoy's header list (values in raw_value, or in value from
+// older Envoys).
+type headerMap []*corev3.HeaderValue
+
+func (h headerMap) lookup(name string) (string, bool) {
+	for _, kv := range h {
+		if strings.EqualFold(kv.GetKey(), name) {
+			if raw := kv.GetRawValue(); raw != nil {
+				return string(raw), true
+			}
+			return kv.GetValue(), true
+		}
+	}
+	return "", false
+}
+
+func (h headerMap) get(name string) string { v, _ := h.lookup(name); return v }
+
+func headersOf(m *corev3.HeaderMap) headerMap { return m.GetHeaders() }

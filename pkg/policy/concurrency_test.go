@@ -1,0 +1,85 @@
+package policy_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/policy"
+)
+
+func TestConcurrencySection(t *testing.T) {
+	d, err := policy.Parse("gates.yaml", []byte(`
+concurrency:
+  - name: checkout
+    match: {authority: "shop.*", path_prefix: /checkout, header: {name: X-Tier, value: gold}}
+    controller: p95
+    min_limit: 2
+    max_limit: 200
+    initial_limit: 20
+    params: {target_p95: 150ms, tolerance: 0.1}
+    queue: {max: 50, timeout: 100ms, order: lifo}
+    reject: {status: 429, retry_after: 2s}
+  - name: everything
+    match: {path_prefix: /}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "" || len(d.Gates) != 2 {
+		t.Fatalf("domain %q, %d gates", d.Name, len(d.Gates))
+	}
+	g := d.Gates[0]
+	if g.Name != "checkout" || g.Controller != "p95" || g.MinLimit != 2 || g.MaxLimit != 200 || g.InitialLimit != 20 ||
+		g.Match.Authority != "shop.*" || g.Match.PathPrefix != "/checkout" || g.Match.Header.Name != "x-tier" || g.Match.Header.Value != "gold" ||
+		g.Params["target_p95"].Value != "150ms" || g.Params["target_p95"].Pos.Line != 9 ||
+		g.Queue != (policy.GateQueue{Max: 50, Timeout: 100 * time.Millisecond, LIFO: true}) ||
+		g.Reject != (policy.GateReject{Status: 429, RetryAfter: 2 * time.Second}) {
+		t.Fatalf("gate %+v", g)
+	}
+	if e := d.Gates[1]; e.Controller != "gradient2" || e.Reject.Status != 503 || e.Reject.RetryAfter != time.Second {
+		t.Fatalf("defaults not filled: %+v", e)
+	}
+}
+
+func TestConcurrencyRejections(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"concurrency:\n  - match: {path_prefix: /}\n", "a gate needs a name"},
+		{"concurrency:\n  - name: a\n", `gate "a" has no match`},
+		{"concurrency:\n  - name: a\n    match: {}\n", "match is empty"},
+		{"concurrency:\n  - name: a\n    match: {path_prefix: api}\n", "path_prefix must start with /"},
+		{"concurrency:\n  - name: a\n    match: {path_prefix: /}\n    controller: pid\n", `unknown controller "pid"`},
+		{"concurrency:\n  - name: a\n    match: {path_prefix: /}\n    queue: {max: 5}\n", "a queue needs a timeout"},
+		{"concurrency:\n  - name: a\n    match: {path_prefix: /}\n    queue: {max: 5, timeout: soon}\n", "positive Go duration"},
+		{"concurrency:\n  - name: a\n    match: {path_prefix: /}\n    reject: {status: 200}\n", "not an error status"},
+		{"concurrency:\n  - name: a\n    match: {path_prefix: /}\n    min_limit: 9\n    max_limit: 3\n", "min_limit (9) is above max_limit (3)"},
+		{"concurrency:\n  - name: a\n    match: {path_prefix: /}\n    limit: 3\n", `unknown key "limit"`},
+		{"concurrency: {name: a}\n", "concurrency must be a list"},
+		{"concurrency:\n  - name: a\n    match: {path_prefix: /}\ndescriptors:\n  - key: k\n", "no domain"},
+	} {
+		_, err := policy.Parse("g.yaml", []byte(tc.src))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want it to contain %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+func TestGateNamesUniqueAcrossFiles(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\nconcurrency:\n  - name: g\n    match: {path_prefix: /a}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("concurrency:\n  - name: g\n    match: {path_prefix: /b}\n"), 0o644)
+	_, err := policy.Load(dir)
+	if err == nil || !strings.Contains(err.Error(), `gate "g" is already defined`) {
+		t.Fatalf("err = %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("concurrency:\n  - name: h\n    match: {path_prefix: /b}\n"), 0o644)
+	set, err := policy.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Domains) != 1 || len(set.Gates) != 2 || set.Gates[0].Name != "g" || set.Gates[1].Name != "h" {
+		t.Fatalf("set: %d domains, gates %v", len(set.Domains), set.Gates)
+	}
+}

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// gatePolicy gates every request to the backend through a p95 controller:
+// a 120 ms target, adjusted every 100 ms over a 500 ms window. The target is
+// far from both the fast backend (2 ms) and the slow one (400 ms), so the
+// test's verdicts hold on a loaded machine with the race detector on, where
+// the measured RTT (two gRPC hops and a real HTTP call) is tens of ms.
+const gatePolicy = `
+concurrency:
+  - name: backend
+    match: {path_prefix: /}
+    controller: p95
+    min_limit: 2
+    max_limit: 64
+    initial_limit: 8
+    params: {target: 120ms, tolerance: 0.2, window: 500ms, min_samples: 5, tick: 100ms, increase_step: 2, decrease_factor: 0.7}
+`
+
+// backend is a real HTTP server whose latency the test sets.
+type backend struct {
+	srv     *httptest.Server
+	latency atomic.Int64 // nanoseconds
+}
+
+func newBackend(t *testing.T) *backend {
+	b := &backend{}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // the backend's own service time, not a test pause
+		case <-time.After(time.Duration(b.latency.Load())):
+		case <-r.Context().Done():
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+// envoy plays Envoy's side of one request: request headers to the ext_proc
+// server; on CONTINUE, the real request to the backend, then its response
+// headers. It returns the immediate response when the gate refused.
+func envoy(ctx context.Context, c extprocv3.ExternalProcessorClient, b *backend) (*extprocv3.ImmediateResponse, error) {
+	stream, err := c.Process(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stream.CloseSend()
+	hdr := func(kv ...string) *corev3.HeaderMap {
+		m := &corev3.HeaderMap{}
+		for i := 0; i < len(kv); i += 2 {
+			m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+		}
+		return m
+	}
+	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: hdr(":method", "GET", ":authority", "backend", ":path", "/work")}}}); err != nil {
+		return nil, err
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		return ir, nil
+	}
+	if resp.GetRequestHeaders() == nil {
+		return nil, fmt.Errorf("unexpected answer to request headers: %v", resp)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.srv.URL+"/work", nil)
+	hr, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	io.Copy(io.Discard, hr.Body)
+	hr.Body.Close()
+	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdr(":status", strconv.Itoa(hr.StatusCode))}}}); err != nil {
+		return nil, err
+	}
+	if _, err := stream.Recv(); err != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// TestE2EExtProcGate: the gate's limit falls when the backend slows and
+// rises when it recovers; rejections carry 503 and retry-after; a client that
+// cancels mid-request frees its slot.
+func TestE2EExtProcGate(t *testing.T) {
+	t.Parallel()
+	s := startSidecar(t, options{store: "memory"})
+	writeFileAtomic(t, s.policyDir, "gates.yaml", gatePolicy)
+	waitFor(t, 10*time.Second, "the gate is loaded", func() (bool, string) {
+		v := s.metrics(t).get("throttlekit_gate_limit", "gate", "backend")
+		return v > 0, fmt.Sprintf("throttlekit_gate_limit{gate=backend} = %v", v)
+	})
+	c := extprocv3.NewExternalProcessorClient(s.conn)
+	b := newBackend(t)
+	b.latency.Store(int64(2 * time.Millisecond))
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var rejected, bad503, failures atomic.Int64
+	var lastErr atomic.Value
+	for w := 0; w < 24; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				ir, err := envoy(ctx, c, b)
+				switch {
+				case err != nil && ctx.Err() == nil:
+					failures.Add(1)
+					lastErr.Store(err)
+				case ir != nil:
+					rejected.Add(1)
+					retry := ""
+					for _, h := range ir.GetHeaders().GetSetHeaders() {
+						if h.GetHeader().GetKey() == "retry-after" {
+							retry = string(h.GetHeader().GetRawValue())
+						}
+					}
+					if ir.GetStatus().GetCode() != 503 || retry != "1" {
+						bad503.Add(1)
+					}
+					select { // back off like a client that was told to retry
+					case <-time.After(2 * time.Millisecond):
+					case <-ctx.Done():
+					}
+				}
+			}
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	limit := func() float64 { return s.metrics(t).get("throttlekit_gate_limit", "gate", "backend") }
+
+	// Healthy backend, 24 callers: the limit climbs above its initial 8.
+	waitFor(t, 15*time.Second, "the limit rises while the backend is fast", func() (bool, string) {
+		l := limit()
+		return l >= 14, fmt.Sprintf("limit %v", l)
+	})
+	high := limit()
+	// The backend slows to 400 ms, over the 120 ms target: the limit falls.
+	b.latency.Store(int64(400 * time.Millisecond))
+	waitFor(t, 15*time.Second, "the limit falls when the backend slows", func() (bool, string) {
+		l := limit()
+		return l <= high/2, fmt.Sprintf("limit %v (was %v)", l, high)
+	})
+	low := limit()
+	// It recovers: the limit climbs again.
+	b.latency.Store(int64(2 * time.Millisecond))
+	waitFor(t, 15*time.Second, "the limit rises after the backend recovers", func() (bool, string) {
+		l := limit()
+		return l >= low+6, fmt.Sprintf("limit %v (low %v)", l, low)
+	})
+	stop()
+	wg.Wait()
+	if rejected.Load() == 0 || bad503.Load() != 0 {
+		t.Fatalf("rejections %d, of which %d without 503 and retry-after: 1", rejected.Load(), bad503.Load())
+	}
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d calls failed; last: %v", n, lastErr.Load())
+	}
+	waitFor(t, 5*time.Second, "every slot is free once the callers stop", func() (bool, string) {
+		v := s.metrics(t).get("throttlekit_gate_inflight", "gate", "backend")
+		return v == 0, fmt.Sprintf("inflight %v", v)
+	})
+
+	// A client that cancels mid-request frees its slot.
+	cctx, cancel := context.WithCancel(context.Background())
+	stream, err := c.Process(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/work")}}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || resp.GetRequestHeaders() == nil {
+		t.Fatalf("admission: %v %v", resp, err)
+	}
+	if v := s.metrics(t).get("throttlekit_gate_inflight", "gate", "backend"); v != 1 {
+		t.Fatalf("inflight %v while one request is admitted", v)
+	}
+	cancel()
+	waitFor(t, 5*time.Second, "a cancelled request frees its slot", func() (bool, string) {
+		v := s.metrics(t).get("throttlekit_gate_inflight", "gate", "backend")
+		return v == 0, fmt.Sprintf("inflight %v", v)
+	})
+	m := s.metrics(t)
+	if m.get("throttlekit_gate_rtt_seconds_count", "gate", "backend", "outcome", "dropped") < 1 {
+		t.Fatal("the cancelled request was not released as dropped")
+	}
+}
+
+// writeFileAtomic writes name in dir by rename, as a ConfigMap update or an
+// editor would.
+func writeFileAtomic(t *testing.T, dir, name, content string) {
+	t.Helper()
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
