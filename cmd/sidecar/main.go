@@ -45,6 +45,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return 1
 		}
 		return 0
+	case "simulate":
+		c, err := parseSimulate(args, stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "throttlekit simulate:", err)
+			return 2
+		}
+		if err := simulate(c, stdout); err != nil {
+			fmt.Fprintln(stderr, "throttlekit simulate:", err)
+			return 1
+		}
+		return 0
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -58,6 +72,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   throttlekit serve [flags]      serve Envoy's RateLimitService (the default command)
   throttlekit validate DIR...    check policy directories exactly as serve loads them
+  throttlekit simulate --scenario FILE --out DIR   compare concurrency controllers in virtual time
   throttlekit serve -h           list serve's flags (each has a THROTTLEKIT_<NAME> twin)
 `)
 }
