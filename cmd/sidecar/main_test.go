@@ -112,3 +112,23 @@ func TestValidateCommand(t *testing.T) {
 		t.Fatalf("unknown command: exit %d", code)
 	}
 }
+
+func TestSimulateCommand(t *testing.T) {
+	var out, errs bytes.Buffer
+	if code := run(context.Background(), []string{"simulate", "--scenario", filepath.Join(t.TempDir(), "missing.yaml"), "--out", t.TempDir()}, env(nil), &out, &errs); code == 0 {
+		t.Fatalf("a missing scenario succeeded: %s", out.String())
+	}
+	if !strings.Contains(errs.String(), "missing.yaml") {
+		t.Fatalf("the error does not name the scenario: %s", errs.String())
+	}
+	dir := t.TempDir()
+	code := run(context.Background(), []string{"simulate", "--scenario", "../../config/scenarios/capacity-drop.yaml", "--out", dir}, env(nil), &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	for _, f := range []string{"capacity-drop.png", "capacity-drop.svg", "capacity-drop-p95.csv"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s not written: %v", f, err)
+		}
+	}
+}
