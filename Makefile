@@ -27,7 +27,7 @@ fmt:
 
 # Hot-path benchmarks (allocs/op included). Figures in the README come from it.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./pkg/gale/... ./pkg/engine/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./pkg/gale/... ./pkg/engine/ ./pkg/adaptive/
 
 run: build
 	./bin/throttlekit
@@ -43,10 +43,12 @@ bench-rls:
 	GO=$(GO) ./scripts/bench-rls.sh
 
 # Every fuzz target, FUZZTIME each (default 60s): strategies, policy parser,
-# request translation.
+# request translation, gate operation sequences, simulation scenarios.
 FUZZTIME ?= 60s
 .PHONY: fuzz
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTake$$' -fuzztime $(FUZZTIME) ./pkg/gale/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/policy/
 	$(GO) test -run '^$$' -fuzz '^FuzzTranslate$$' -fuzztime $(FUZZTIME) ./pkg/envoyrls/
+	$(GO) test -run '^$$' -fuzz '^FuzzGate$$' -fuzztime $(FUZZTIME) ./pkg/adaptive/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/sim/
