@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -43,74 +41,6 @@ type paramError struct{ field, msg string }
 
 func (e *paramError) Error() string { return e.field + ": " + e.msg }
 
-// setter parses one parameter's value into a config field.
-type setter struct {
-	set  func(v string) error
-	help string // what the value is, for the error
-}
-
-func floatParam(dst *float64) setter {
-	return setter{help: "a number", set: func(v string) error {
-		x, err := strconv.ParseFloat(v, 64)
-		if err == nil {
-			*dst = x
-		}
-		return err
-	}}
-}
-
-// maxIntParam bounds whole-number parameters: some size buffers
-// (rtt_window, max_samples), and no sensible value comes near it.
-const maxIntParam = 1_000_000
-
-func intParam(dst *int) setter {
-	return setter{help: fmt.Sprintf("a whole number no larger than %d", maxIntParam), set: func(v string) error {
-		x, err := strconv.Atoi(v)
-		if err == nil && x > maxIntParam {
-			err = errors.New("too large")
-		}
-		if err == nil {
-			*dst = x
-		}
-		return err
-	}}
-}
-
-func durationParam(dst *time.Duration) setter {
-	return setter{help: "a duration such as 100ms", set: func(v string) error {
-		d, err := time.ParseDuration(v)
-		if err == nil {
-			*dst = d
-		}
-		return err
-	}}
-}
-
-// bind sets each of params through the setter of its name, in name order so
-// that the first error reported is stable.
-func bind(kind string, params map[string]Param, setters map[string]setter) error {
-	names := make([]string, 0, len(params))
-	for n := range params {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		s, ok := setters[n]
-		if !ok {
-			known := make([]string, 0, len(setters))
-			for k := range setters {
-				known = append(known, k)
-			}
-			slices.Sort(known)
-			return &paramError{"params." + n, fmt.Sprintf("%s has no parameter %q; its parameters are %s", kind, n, strings.Join(known, ", "))}
-		}
-		if err := s.set(params[n].Value); err != nil {
-			return &paramError{"params." + n, fmt.Sprintf("must be %s, not %q", s.help, params[n].Value)}
-		}
-	}
-	return nil
-}
-
 // build returns a fresh controller for c; seed seeds any randomness it
 // needs (recalibration jitter). Its errors are *paramError when one field is
 // at fault.
@@ -134,107 +64,17 @@ func (c ControllerSpec) build(seed uint64) (adaptive.Controller, error) {
 			return nil, &paramError{"limit", "a static controller takes only limit (no min_limit, max_limit, initial_limit or params)"}
 		}
 		return NewStatic(c.Limit), nil
-	case KindGradient2:
-		cfg := adaptive.Gradient2Config{MinLimit: c.MinLimit, MaxLimit: c.MaxLimit, InitialLimit: c.InitialLimit}
-		if err := bind(c.Kind, c.Params, gradient2Params(&cfg, rng)); err != nil {
-			return nil, err
+	case KindGradient2, KindAIMD, KindP95, KindVegas:
+		params := make(map[string]string, len(c.Params))
+		for k, p := range c.Params {
+			params[k] = p.Value
 		}
-		return adaptive.NewGradient2(cfg)
-	case KindAIMD:
-		cfg := adaptive.AIMDConfig{MinLimit: c.MinLimit, MaxLimit: c.MaxLimit, InitialLimit: c.InitialLimit}
-		if err := bind(c.Kind, c.Params, aimdParams(&cfg)); err != nil {
-			return nil, err
+		ctl, err := adaptive.NewNamed(c.Kind, adaptive.Limits{Min: c.MinLimit, Max: c.MaxLimit, Initial: c.InitialLimit}, params, rng())
+		var pe *adaptive.ParamError
+		if errors.As(err, &pe) {
+			return nil, &paramError{"params." + pe.Param, pe.Msg}
 		}
-		return adaptive.NewAIMD(cfg)
-	case KindP95:
-		cfg := adaptive.P95Config{MinLimit: c.MinLimit, MaxLimit: c.MaxLimit, InitialLimit: c.InitialLimit}
-		if err := bind(c.Kind, c.Params, p95Params(&cfg)); err != nil {
-			return nil, err
-		}
-		return adaptive.NewP95(cfg)
-	case KindVegas:
-		cfg := adaptive.VegasConfig{MinLimit: c.MinLimit, MaxLimit: c.MaxLimit, InitialLimit: c.InitialLimit}
-		if err := bind(c.Kind, c.Params, vegasParams(&cfg, rng)); err != nil {
-			return nil, err
-		}
-		return adaptive.NewVegas(cfg)
+		return ctl, err
 	}
 	return nil, &paramError{"kind", fmt.Sprintf("unknown kind %q; the kinds are %s", c.Kind, strings.Join(kinds, ", "))}
-}
-
-// The parameter names of each controller, mapped onto its config. They are
-// the names a policy file's concurrency params use (pkg/engine), and are
-// documented in config/scenarios/README.md.
-
-func gradient2Params(c *adaptive.Gradient2Config, rng func() *rand.Rand) map[string]setter {
-	m := map[string]setter{
-		"tolerance":       floatParam(&c.Tolerance),
-		"rtt_window":      intParam(&c.RTTWindow),
-		"smoothing":       floatParam(&c.Smoothing),
-		"min_utilization": floatParam(&c.MinUtilization),
-	}
-	recalibrationParams(m, &c.Recalibration, rng)
-	return m
-}
-
-func aimdParams(c *adaptive.AIMDConfig) map[string]setter {
-	return map[string]setter{
-		"increase":        intParam(&c.Increase),
-		"backoff":         floatParam(&c.Backoff),
-		"timeout":         durationParam(&c.Timeout),
-		"min_utilization": floatParam(&c.MinUtilization),
-	}
-}
-
-func p95Params(c *adaptive.P95Config) map[string]setter {
-	return map[string]setter{
-		"target": durationParam(&c.Target),
-		"signal": {help: "p95 or ewma", set: func(v string) error {
-			switch v {
-			case "p95":
-				c.Signal = adaptive.SignalP95
-			case "ewma":
-				c.Signal = adaptive.SignalEWMA
-			default:
-				return errors.New("bad signal")
-			}
-			return nil
-		}},
-		"tolerance":         floatParam(&c.Tolerance),
-		"increase_step":     intParam(&c.IncreaseStep),
-		"decrease_factor":   floatParam(&c.DecreaseFactor),
-		"max_decrease_step": intParam(&c.MaxDecreaseStep),
-		"window":            durationParam(&c.Window),
-		"max_samples":       intParam(&c.MaxSamples),
-		"min_samples":       intParam(&c.MinSamples),
-		"tick":              durationParam(&c.TickInterval),
-		"cooldown":          durationParam(&c.Cooldown),
-		"max_error_rate":    floatParam(&c.MaxErrorRate),
-		"ewma_alpha":        floatParam(&c.EWMAAlpha),
-		"min_utilization":   floatParam(&c.MinUtilization),
-	}
-}
-
-func vegasParams(c *adaptive.VegasConfig, rng func() *rand.Rand) map[string]setter {
-	m := map[string]setter{
-		"rtt_window":      intParam(&c.RTTWindow),
-		"min_utilization": floatParam(&c.MinUtilization),
-	}
-	recalibrationParams(m, &c.Recalibration, rng)
-	return m
-}
-
-// recalibrationParams adds the minRTT recalibration parameters to m. The
-// jitter is drawn from rng(), seeded from the scenario so runs repeat.
-func recalibrationParams(m map[string]setter, r *adaptive.Recalibration, rng func() *rand.Rand) {
-	m["recalibration_interval"] = durationParam(&r.Interval)
-	m["recalibration_jitter"] = setter{help: "a duration such as 100ms", set: func(v string) error {
-		d, err := time.ParseDuration(v)
-		if err == nil {
-			r.Jitter, r.Rand = d, rng()
-		}
-		return err
-	}}
-	m["recalibration_limit"] = intParam(&r.Limit)
-	m["recalibration_requests"] = intParam(&r.RequestCount)
 }
