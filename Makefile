@@ -52,3 +52,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTranslate$$' -fuzztime $(FUZZTIME) ./pkg/envoyrls/
 	$(GO) test -run '^$$' -fuzz '^FuzzGate$$' -fuzztime $(FUZZTIME) ./pkg/adaptive/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/sim/
+
+# ext_proc benchmark: ghz streams (request headers, then response headers)
+# against the no-op ExternalProcessor floor and throttlekit serve with one
+# concurrency gate (memory store); prints a markdown table, also written to
+# out/bench-extproc.md. Tune with BENCH_TARGETS, BENCH_DURATION, BENCH_CONCURRENCY.
+.PHONY: bench-extproc
+bench-extproc:
+	GO=$(GO) ./scripts/bench-extproc.sh

@@ -1,9 +1,14 @@
-// Command benchtool is the small client scripts/bench-rls.sh needs beside
-// ghz, so the script depends on nothing but Go, ghz and redis-server:
+// Command benchtool is the small client scripts/bench-rls.sh and
+// scripts/bench-extproc.sh need beside ghz, so the scripts depend on nothing
+// but Go, ghz and redis-server:
 //
 //	benchtool probe -grpc ADDR [-http URL]   one readiness check (exit 0: ready)
 //	benchtool check -addr ADDR -data JSON [-want-limit]
 //	                                         one ShouldRateLimit call, answer must be OK
+//	benchtool extproc -addr ADDR -data JSON  one ext_proc stream, every message answered
+//	                                         in kind, request headers with CONTINUE
+//	benchtool gates -metrics URL -gate NAME  a gate's counters from throttlekit's /metrics
+//	                                         → "admitted rejected cancelled ok error dropped"
 //	benchtool summary FILE                   ghz's JSON report → "count rps p50 p99 errors"
 package main
 
@@ -29,6 +34,8 @@ import (
 const usage = `usage:
   benchtool probe -grpc ADDR [-http URL] [-timeout D]
   benchtool check -addr ADDR -data JSON [-want-limit]
+  benchtool extproc -addr ADDR -data JSON_ARRAY
+  benchtool gates -metrics URL -gate NAME
   benchtool summary GHZ_JSON_FILE`
 
 func main() {
@@ -42,6 +49,10 @@ func main() {
 		err = probeCmd(args)
 	case "check":
 		err = checkCmd(args)
+	case "extproc":
+		err = extprocCmd(args)
+	case "gates":
+		err = gatesCmd(args)
 	case "summary":
 		err = summaryCmd(args)
 	default:
