@@ -93,12 +93,15 @@ func closeStream(t *testing.T, stream extprocv3.ExternalProcessor_ProcessClient)
 // stream after the client has seen it end.
 func waitTally(t *testing.T, s *server, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.After(5 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for s.tally.String() != want {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			t.Fatalf("tally %q, want %q", s.tally.String(), want)
+		case <-tick.C:
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
