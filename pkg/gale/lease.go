@@ -28,14 +28,16 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 		}
 		e.lastUsed = now
 		sh.expire(e, now)
+		l.track(e, now)
 		if e.credits >= cost {
 			e.credits -= cost
+			e.served += cost
 			if !waited {
 				sh.localHits++
 			}
 			d := Decision{Allowed: true, Limit: l.rule.Limit, Remaining: e.credits + e.remote, ResetAt: e.reset}
 			if l.lease.LowWater > 0 && e.credits <= l.lease.LowWater && e.lease == nil && !now.Before(e.denyUntil) {
-				l.startLease(e, 1, l.lease.Batch, now)
+				l.startLease(e, 1, l.batch(e), now)
 			}
 			sh.mu.Unlock()
 			return d, nil
@@ -50,7 +52,7 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 		}
 		call := e.lease
 		if call == nil {
-			call = l.startLease(e, need, max(l.lease.Batch, cost), now)
+			call = l.startLease(e, need, max(l.batch(e), cost), now)
 		}
 		sh.mu.Unlock()
 		waited = true
@@ -79,6 +81,7 @@ func (l *Limiter) startLease(e *entry, min, max int64, now time.Time) *leaseCall
 	}
 	e.lease = call
 	l.counters.leasesRequested.Add(1)
+	l.counters.lastBatch.Store(max)
 	l.wg.Add(1)
 	go l.runLease(e, call, min, max, now)
 	return call
@@ -190,5 +193,37 @@ func (l *Limiter) sweep() {
 		case now := <-t.C():
 			l.ReturnIdle(l.bg, now)
 		}
+	}
+}
+
+// batch is the size of e's next lease. Called with e's shard locked.
+func (l *Limiter) batch(e *entry) int64 {
+	if e.sizer == nil {
+		return l.lease.Batch
+	}
+	return min(max(e.sizer.Batch(), 1), MaxLimit)
+}
+
+// track feeds e's sizer the demand of each window that has ended: windows of
+// the rule (a bucket's are its period) on the caller's clock. Called with e's
+// shard locked.
+func (l *Limiter) track(e *entry, now time.Time) {
+	if l.lease.NewSizer == nil {
+		return
+	}
+	if e.sizer == nil {
+		e.sizer = l.lease.NewSizer()
+	}
+	us := now.UnixMicro()
+	w, _ := l.rule.WindowBounds(us)
+	if !l.rule.Windowed() {
+		p := int64(l.rule.Period / time.Microsecond)
+		w = floorDiv(us, p) * p
+	}
+	if w != e.window {
+		if e.window != 0 {
+			e.sizer.Observe(float64(e.served))
+		}
+		e.window, e.served = w, 0
 	}
 }

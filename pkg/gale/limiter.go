@@ -89,6 +89,22 @@ type LeaseConfig struct {
 	// ReturnIdleAfter, when > 0, returns a key's credits to the store once the
 	// key has had no check for this long, so other nodes can use them.
 	ReturnIdleAfter time.Duration
+	// NewSizer, when set, gives each key its own BatchSizer, which chooses
+	// the key's lease size from the demand it served in past windows (Batch
+	// is then only the first lease's size). Safety does not depend on it:
+	// with window coupling a fleet admits at most Limit per window whatever
+	// sizes are chosen.
+	NewSizer func() BatchSizer
+}
+
+// BatchSizer chooses one key's lease size from the demand the key served per
+// window (pkg/gale/sizing's LeaseSizer is one). The limiter calls it under
+// the key's lock: it need not be safe for concurrent use.
+type BatchSizer interface {
+	// Batch is the size of the next lease.
+	Batch() int64
+	// Observe reports the units served in one window that has ended.
+	Observe(demand float64)
 }
 
 // Config configures a Limiter. Rule is required; the rest have defaults.

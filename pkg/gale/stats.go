@@ -17,9 +17,13 @@ type Stats struct {
 	Fallbacks       int64 // decisions made by the OnStoreError policy
 	Evictions       int64 // keys evicted from a full L1
 	Keys            int64 // keys held in L1 now
+	// LastBatch is the size the most recent lease asked for (the learned
+	// batch, with a BatchSizer).
+	LastBatch int64
 }
 
 type counters struct {
+	lastBatch                                                                                           atomic.Int64
 	storeChecks, leasesRequested, leasesGranted, creditsLeased, creditsReturned, storeErrors, fallbacks atomic.Int64
 }
 
@@ -33,6 +37,7 @@ func (l *Limiter) Stats() Stats {
 		CreditsReturned: l.counters.creditsReturned.Load(),
 		StoreErrors:     l.counters.storeErrors.Load(),
 		Fallbacks:       l.counters.fallbacks.Load(),
+		LastBatch:       l.counters.lastBatch.Load(),
 	}
 	if l.l1 == nil {
 		return s

@@ -49,6 +49,11 @@ type entry struct {
 	denyNeed  int64
 	deny      Decision
 	lastUsed  time.Time
+	// With a BatchSizer: the key's sizer, the window (by its start, in the
+	// caller's clock) whose demand served is counting, and that demand.
+	sizer  BatchSizer
+	window int64
+	served int64
 }
 
 // returned is credits to give back to the store.
