@@ -83,3 +83,24 @@ func TestGateNamesUniqueAcrossFiles(t *testing.T) {
 		t.Fatalf("set: %d domains, gates %v", len(set.Domains), set.Gates)
 	}
 }
+
+func TestLeaseBatchAuto(t *testing.T) {
+	d, err := policy.Parse("a.yaml", []byte("domain: a\ndescriptors:\n  - key: k\n    mode: leased\n    lease: {batch: auto, sizing: {order_cost: 4, strand_penalty: 0.5}}\n    rate_limit: {unit: second, requests_per_unit: 100}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := d.Descriptors[0].Lease; !l.Auto || l.OrderCost != 4 || l.StrandPenalty != 0.5 || l.Batch != 0 {
+		t.Fatalf("lease %+v", l)
+	}
+	for _, tc := range []struct{ lease, want string }{
+		{"{batch: 10, sizing: {order_cost: 1}}", "it goes with batch: auto"},
+		{"{batch: auto, sizing: {order_cost: -1}}", "order_cost must be a positive number"},
+		{"{batch: auto, sizing: {cost: 1}}", `unknown key "cost"`},
+		{"{batch: fast}", "batch must be a whole number"},
+	} {
+		_, err := policy.Parse("a.yaml", []byte("domain: a\ndescriptors:\n  - key: k\n    mode: leased\n    lease: "+tc.lease+"\n    rate_limit: {unit: second, requests_per_unit: 100}\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.lease, err, tc.want)
+		}
+	}
+}

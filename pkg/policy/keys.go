@@ -28,7 +28,7 @@ var (
 		"mode", "lease", "on_store_error"}
 	limitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
 		"algorithm", "burst", "unit_multiplier"}
-	leaseKeys = []string{"batch", "window_coupled", "low_water", "return_idle_after"}
+	leaseKeys = []string{"batch", "sizing", "window_coupled", "low_water", "return_idle_after"}
 )
 
 var (
@@ -72,6 +72,11 @@ var (
 			}
 			return ""
 		},
+	}
+	sizingLevel = &level{
+		what:      "a lease's sizing",
+		keys:      []string{"order_cost", "strand_penalty"},
+		elsewhere: func(string) string { return "" },
 	}
 	replacesLevel = &level{
 		what:      "a replaces entry",

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -227,7 +228,7 @@ func (r *reader) lease(n *yaml.Node, field string) Lease {
 		r.errorf(n, field, "lease must be a mapping (batch: ..., low_water: ..., return_idle_after: ...), not %s", describe(n))
 		return ls
 	}
-	var lowNode *yaml.Node
+	var lowNode, sizingNode *yaml.Node
 	batchSet := false
 	for _, p := range r.pairs(n, field, 0) {
 		f := join(field, p.name)
@@ -239,6 +240,10 @@ func (r *reader) lease(n *yaml.Node, field string) Lease {
 		}
 		switch p.name {
 		case "batch":
+			if p.val.Kind == yaml.ScalarNode && p.val.Value == "auto" {
+				ls.Auto = true
+				continue
+			}
 			b, ok := r.uint32Field(p.val, f, p.name)
 			switch {
 			case ok && b == 0:
@@ -246,6 +251,9 @@ func (r *reader) lease(n *yaml.Node, field string) Lease {
 			case ok:
 				ls.Batch, batchSet = b, true
 			}
+		case "sizing":
+			sizingNode = p.val
+			ls.OrderCost, ls.StrandPenalty = r.sizing(p.val, f)
 		case "window_coupled":
 			ls.WindowCoupled, _ = r.boolean(p.val, f, p.name)
 		case "low_water":
@@ -271,8 +279,36 @@ func (r *reader) lease(n *yaml.Node, field string) Lease {
 			r.unknownKey(p.key, field, leaseLevel)
 		}
 	}
+	if sizingNode != nil && !ls.Auto {
+		r.errorf(sizingNode, join(field, "sizing"), "sizing tunes the learned batch: it goes with batch: auto (or remove sizing)")
+	}
 	if batchSet && lowNode != nil && ls.LowWater >= ls.Batch {
 		r.errorf(lowNode, join(field, "low_water"), "low_water (%d) must be below batch (%d): it is the credit count at which a background refill starts", ls.LowWater, ls.Batch)
 	}
 	return ls
+}
+
+// sizing reads lease.sizing: the EOQ costs the learned batch trades off.
+func (r *reader) sizing(n *yaml.Node, field string) (orderCost, strandPenalty float64) {
+	if n.Kind != yaml.MappingNode {
+		r.errorf(n, field, "sizing must be a mapping (order_cost: 1, strand_penalty: 1), not %s", describe(n))
+		return 0, 0
+	}
+	for _, p := range r.pairs(n, field, 0) {
+		f := join(field, p.name)
+		v, err := strconv.ParseFloat(p.val.Value, 64)
+		if p.val.Kind != yaml.ScalarNode || err != nil || v <= 0 {
+			r.errorf(p.val, f, "%s must be a positive number, not %s", p.name, describe(p.val))
+			continue
+		}
+		switch p.name {
+		case "order_cost":
+			orderCost = v
+		case "strand_penalty":
+			strandPenalty = v
+		default:
+			r.unknownKey(p.key, field, sizingLevel)
+		}
+	}
+	return orderCost, strandPenalty
 }

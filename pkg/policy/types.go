@@ -170,6 +170,11 @@ const (
 type Lease struct {
 	// Batch is the credits per lease; 0 means the engine's default.
 	Batch uint32
+	// Auto learns each key's batch online (batch: auto): EOQ sizing, trading
+	// store round trips (OrderCost) against credits stranded at window ends
+	// (StrandPenalty); 0 costs mean 1.
+	Auto                     bool
+	OrderCost, StrandPenalty float64
 	// WindowCoupled expires credits with the window that granted them.
 	// Default true.
 	WindowCoupled bool
