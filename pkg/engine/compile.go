@@ -222,6 +222,9 @@ func (e *Engine) limiterConfig(r *rule, pd *policy.Descriptor) gale.Config {
 			LowWater:        int64(pd.Lease.LowWater),
 			ReturnIdleAfter: pd.Lease.ReturnIdleAfter,
 		}
+		if pd.Lease.Auto {
+			cfg.Lease.NewSizer = newSizer(r.galeRule, pd.Lease)
+		}
 	}
 	switch pd.OnStoreError {
 	case policy.OnErrorAllow:
