@@ -175,6 +175,7 @@ var (
 	descCreditsLeased = prometheus.NewDesc("throttlekit_credits_leased_total", "Credits leased from the store.", []string{"domain", "rule"}, nil)
 	descStranded      = prometheus.NewDesc("throttlekit_credits_stranded_total", "Leased credits that expired unused at their window's end.", []string{"domain", "rule"}, nil)
 	descReturned      = prometheus.NewDesc("throttlekit_credits_returned_total", "Leased credits given back to the store (idle, evicted, refunded, shutdown).", []string{"domain", "rule"}, nil)
+	descLeaseBatch    = prometheus.NewDesc("throttlekit_lease_batch", "Credits the most recent lease asked for (the learned batch of batch: auto rules).", []string{"domain", "rule"}, nil)
 	descL1Keys        = prometheus.NewDesc("throttlekit_l1_keys", "Keys held in this process's local tier.", []string{"domain", "rule"}, nil)
 	descEvictions     = prometheus.NewDesc("throttlekit_l1_evictions_total", "Keys evicted from a full local tier.", []string{"domain", "rule"}, nil)
 	descFallbacks     = prometheus.NewDesc("throttlekit_store_fallbacks_total", "Decisions made by on_store_error because the store failed.", []string{"domain", "rule"}, nil)
@@ -190,7 +191,7 @@ var (
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descValueDecisions, descLocalHits, descCachedDenials, descLeasesReq,
 		descLeasesGranted, descCreditsLeased, descStranded, descReturned, descL1Keys, descEvictions, descFallbacks, descRoundTrips, descRedisOps,
-		descGateLimit, descGateInflight, descGateQueued, descGateAdmitted, descGateRejected} {
+		descLeaseBatch, descGateLimit, descGateInflight, descGateQueued, descGateAdmitted, descGateRejected} {
 		ch <- d
 	}
 }
@@ -225,6 +226,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descEvictions, l.Evictions, dom, rule)
 		counter(descFallbacks, l.Fallbacks, dom, rule)
 		ch <- prometheus.MustNewConstMetric(descL1Keys, prometheus.GaugeValue, float64(l.Keys), dom, rule)
+		if s.Mode == gale.Leased {
+			ch <- prometheus.MustNewConstMetric(descLeaseBatch, prometheus.GaugeValue, float64(l.LastBatch), dom, rule)
+		}
 	}
 	for _, g := range c.e.GateSnapshots() {
 		gauge := func(d *prometheus.Desc, v int, labels ...string) {

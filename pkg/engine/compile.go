@@ -223,7 +223,11 @@ func (e *Engine) limiterConfig(r *rule, pd *policy.Descriptor) gale.Config {
 			ReturnIdleAfter: pd.Lease.ReturnIdleAfter,
 		}
 		if pd.Lease.Auto {
-			cfg.Lease.NewSizer = newSizer(r.galeRule, pd.Lease)
+			// newRule validated the rule and the costs are positive, so
+			// this cannot fail; keep the default batch if it ever does.
+			if f, err := newSizer(r.galeRule, pd.Lease); err == nil {
+				cfg.Lease.NewSizer = f
+			}
 		}
 	}
 	switch pd.OnStoreError {

@@ -123,3 +123,28 @@ func TestReloadDuringTraffic(t *testing.T) {
 		t.Fatalf("%d requests failed during reloads", n)
 	}
 }
+
+// TestBatchAutoLearnsFromDemand: a `batch: auto` rule leases what each key's
+// learner chooses; a key that serves little per window is moved off the
+// default batch (a tenth of the capacity) towards its EOQ optimum.
+func TestBatchAutoLearnsFromDemand(t *testing.T) {
+	e := newEngine(t, memstore.New(), map[string]string{"d.yaml": `
+domain: d
+descriptors:
+  - key: user
+    mode: leased
+    lease: {batch: auto}
+    rate_limit: {unit: second, requests_per_unit: 10000}
+`})
+	now := t0
+	for w := 0; w < 400; w++ {
+		for i := 0; i < 4; i++ { // 4 requests per 1 s window
+			decide(t, e, req("d", "user=u"), now.Add(time.Duration(i)*time.Millisecond))
+		}
+		now = now.Add(time.Second)
+	}
+	// EOQ with unit costs: b* = √(2·4) ≈ 3; the default batch would be 1000.
+	if b := e.Snapshot()[0].Limiter.LastBatch; b > 20 {
+		t.Fatalf("learned batch %d: still far from the EOQ optimum ≈ 3 (default 1000)", b)
+	}
+}
