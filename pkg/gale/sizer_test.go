@@ -14,7 +14,7 @@ type recordingSizer struct {
 	demands []float64
 }
 
-func (r *recordingSizer) Batch() int64          { return r.next }
+func (r *recordingSizer) Batch() int64           { return r.next }
 func (r *recordingSizer) Observe(demand float64) { r.demands = append(r.demands, demand) }
 
 func TestSizerSeesEachWindowsDemandAndSetsTheBatch(t *testing.T) {
