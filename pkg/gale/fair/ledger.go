@@ -1,0 +1,206 @@
+package fair
+
+import (
+	"math"
+	"time"
+)
+
+// ledger is the pure core of an escrow: the accounting of one window. It
+// reads no clock, takes no lock and does no I/O; Escrow and Shared wrap it.
+type ledger struct {
+	cfg config
+
+	// end is the end of the window the ledger counts; the zero time before
+	// the first decision.
+	end     time.Time
+	tenants map[string]*tenant
+	// active lists the tenants of tenants: those that asked in this window or
+	// in the one before.
+	active []*tenant
+	// weight is W: the configured weights plus DefaultWeight for each
+	// unconfigured active tenant. Invariant: weight > 0 once a tenant is
+	// active.
+	weight float64
+	// used is the window's admissions. Invariant: used = Σ active[i].used.
+	used int64
+	// capacity is the budget the last decision shared out.
+	capacity int64
+
+	// Scratch space for water-filling, reused between decisions.
+	demands, weights []float64
+	order            []int
+}
+
+// tenant is one tenant's account for the window.
+// Invariant: 0 ≤ used ≤ demand.
+type tenant struct {
+	name       string
+	weight     float64
+	configured bool  // weight is from Config.Weights
+	demand     int64 // units asked for in the window, admitted or not
+	used       int64 // units admitted in the window
+	forecast   int64 // units asked for in the previous window
+}
+
+// asked is the tenant's demand seen: what it asked for in this window, or in
+// the previous one when that was more.
+func (t *tenant) asked() int64 { return max(t.demand, t.forecast) }
+
+func newLedger(cfg config) *ledger {
+	return &ledger{cfg: cfg, tenants: make(map[string]*tenant), weight: cfg.configured, capacity: cfg.limit}
+}
+
+// roll starts the window holding now if the ledger's window has ended. A
+// tenant that asked for units in the window just ended is carried into the
+// next one with that demand as its forecast; everyone else is forgotten. A
+// now before the window's start (a clock stepping back) counts in the
+// current window.
+func (l *ledger) roll(now time.Time) {
+	if now.Before(l.end) {
+		return
+	}
+	us, p := now.UnixMicro(), l.cfg.window.Microseconds()
+	start := time.UnixMicro(floorDiv(us, p) * p)
+	next := l.end.Equal(start)
+	l.end = start.Add(l.cfg.window)
+	l.weight, l.used = l.cfg.configured, 0
+	kept := l.active[:0]
+	for _, t := range l.active {
+		if !next || t.demand == 0 {
+			delete(l.tenants, t.name)
+			continue
+		}
+		t.forecast, t.demand, t.used = t.demand, 0, 0
+		if !t.configured {
+			l.weight += t.weight
+		}
+		kept = append(kept, t)
+	}
+	clear(l.active[len(kept):])
+	l.active = kept
+}
+
+// evaluate decides a call of cost units by name at now over a budget of
+// capacity units for the window, and records its demand; it does not admit
+// it: the caller commits an allowed decision once it holds the units. It
+// returns the tenant's account, nil when the tenant table is full.
+func (l *ledger) evaluate(name string, cost int64, now time.Time, capacity int64) (Decision, *tenant) {
+	l.roll(now)
+	l.capacity = capacity
+	t := l.tenants[name]
+	if t == nil {
+		if l.cfg.maxTenants > 0 && len(l.active) >= l.cfg.maxTenants {
+			return Decision{Reason: ReasonTenants, Remaining: capacity - l.used, ResetAt: l.end}, nil
+		}
+		t = &tenant{name: name}
+		w, ok := l.cfg.weights[name]
+		if !ok {
+			w = l.cfg.defaultWeight
+			l.weight += w
+		}
+		t.weight, t.configured = w, ok
+		l.tenants[name] = t
+		l.active = append(l.active, t)
+	}
+	t.demand += cost
+	d := Decision{Guarantee: l.guarantee(t), Admitted: t.used, Remaining: capacity - l.used, ResetAt: l.end}
+	switch {
+	case l.used+cost > capacity:
+		d.Reason = ReasonCap
+	case t.used+cost <= d.Guarantee:
+		d.Allowed, d.Reason = true, ReasonShare
+	case capacity-l.used-cost < l.claimedBesides(t) || t.used+cost > l.entitlement(t):
+		d.Reason = ReasonDenied
+	default:
+		d.Allowed, d.Reason = true, ReasonBorrow
+		d.Borrowed = t.used + cost - max(t.used, d.Guarantee)
+	}
+	return d, t
+}
+
+// commit admits an allowed decision of cost units for t.
+func (l *ledger) commit(t *tenant, cost int64, d *Decision) {
+	t.used += cost
+	l.used += cost
+	d.Admitted, d.Remaining = t.used, l.capacity-l.used
+}
+
+// guarantee is t's guaranteed share of the capacity, in whole units.
+func (l *ledger) guarantee(t *tenant) int64 {
+	return units(t.weight * float64(l.capacity) / l.weight)
+}
+
+// claimedBesides is the budget the tenants other than t have claimed: the
+// part of their guarantee within their demand seen that they have not been
+// admitted.
+func (l *ledger) claimedBesides(t *tenant) int64 {
+	var c int64
+	for _, o := range l.active {
+		if o != t {
+			c += max(0, min(l.guarantee(o), o.asked())-o.used)
+		}
+	}
+	return c
+}
+
+// entitlement is t's weighted max-min fair share of the capacity given the
+// demands seen, in whole units.
+func (l *ledger) entitlement(t *tenant) int64 {
+	lambda := l.level()
+	return units(min(float64(t.asked()), t.weight*lambda))
+}
+
+// level is the water level of the demands seen over the capacity.
+func (l *ledger) level() float64 {
+	n := len(l.active)
+	l.demands, l.weights, l.order = l.demands[:0], l.weights[:0], grow(l.order, n)
+	for _, o := range l.active {
+		l.demands = append(l.demands, float64(o.asked()))
+		l.weights = append(l.weights, o.weight)
+	}
+	return waterLevel(float64(l.capacity), l.demands, l.weights, l.order)
+}
+
+// shares returns each active tenant's entitlement.
+func (l *ledger) shares() map[string]int64 {
+	m := make(map[string]int64, len(l.active))
+	if len(l.active) == 0 {
+		return m
+	}
+	lambda := l.level()
+	for _, o := range l.active {
+		m[o.name] = units(min(float64(o.asked()), o.weight*lambda))
+	}
+	return m
+}
+
+// admitted returns each active tenant's admissions.
+func (l *ledger) admitted() map[string]int64 {
+	m := make(map[string]int64, len(l.active))
+	for _, o := range l.active {
+		m[o.name] = o.used
+	}
+	return m
+}
+
+// units rounds a fractional share down to whole units, forgiving the
+// rounding error of the float arithmetic that produced it (w·L/W can land a
+// hair under an integer it equals).
+func units(x float64) int64 {
+	return int64(math.Floor(x + 1e-9*max(1, x)))
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func grow(s []int, n int) []int {
+	if cap(s) < n {
+		return make([]int, n)
+	}
+	return s[:n]
+}
