@@ -23,7 +23,7 @@ var exported = []string{
 	"throttlekit_local_hits_total", "throttlekit_cached_denials_total", "throttlekit_leases_requested_total",
 	"throttlekit_leases_granted_total", "throttlekit_credits_leased_total", "throttlekit_credits_stranded_total",
 	"throttlekit_credits_returned_total", "throttlekit_l1_keys", "throttlekit_l1_evictions_total",
-	"throttlekit_store_fallbacks_total", "throttlekit_lease_batch", "throttlekit_redis_round_trips_total", "throttlekit_redis_operations_total",
+	"throttlekit_store_fallbacks_total", "throttlekit_lease_batch", "throttlekit_fair_share", "throttlekit_redis_round_trips_total", "throttlekit_redis_operations_total",
 }
 
 func TestAlertRulesNameExportedMetrics(t *testing.T) {

@@ -175,6 +175,7 @@ var (
 	descCreditsLeased = prometheus.NewDesc("throttlekit_credits_leased_total", "Credits leased from the store.", []string{"domain", "rule"}, nil)
 	descStranded      = prometheus.NewDesc("throttlekit_credits_stranded_total", "Leased credits that expired unused at their window's end.", []string{"domain", "rule"}, nil)
 	descReturned      = prometheus.NewDesc("throttlekit_credits_returned_total", "Leased credits given back to the store (idle, evicted, refunded, shutdown).", []string{"domain", "rule"}, nil)
+	descFairShare     = prometheus.NewDesc("throttlekit_fair_share", "A fair rule's tenant's share of the current window (at most 100 tenants per rule, then _other).", []string{"domain", "rule", "tenant"}, nil)
 	descLeaseBatch    = prometheus.NewDesc("throttlekit_lease_batch", "Credits the most recent lease asked for (the learned batch of batch: auto rules).", []string{"domain", "rule"}, nil)
 	descL1Keys        = prometheus.NewDesc("throttlekit_l1_keys", "Keys held in this process's local tier.", []string{"domain", "rule"}, nil)
 	descEvictions     = prometheus.NewDesc("throttlekit_l1_evictions_total", "Keys evicted from a full local tier.", []string{"domain", "rule"}, nil)
@@ -191,7 +192,7 @@ var (
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descValueDecisions, descLocalHits, descCachedDenials, descLeasesReq,
 		descLeasesGranted, descCreditsLeased, descStranded, descReturned, descL1Keys, descEvictions, descFallbacks, descRoundTrips, descRedisOps,
-		descLeaseBatch, descGateLimit, descGateInflight, descGateQueued, descGateAdmitted, descGateRejected} {
+		descFairShare, descLeaseBatch, descGateLimit, descGateInflight, descGateQueued, descGateAdmitted, descGateRejected} {
 		ch <- d
 	}
 }
@@ -212,7 +213,10 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descValueDecisions, d.NearLimit, dom, rule, v, "near_limit")
 			counter(descValueDecisions, d.Shadow, dom, rule, v, "shadow")
 		}
-		if s.Algorithm == "unlimited" || s.Algorithm == "blocked" {
+		for tenant, share := range s.FairShares {
+			ch <- prometheus.MustNewConstMetric(descFairShare, prometheus.GaugeValue, float64(share), dom, rule, tenant)
+		}
+		if s.Algorithm == "unlimited" || s.Algorithm == "blocked" || s.Algorithm == "fair" {
 			continue
 		}
 		l := s.Limiter

@@ -44,6 +44,7 @@ type rule struct {
 	quota       bool
 	metricValue bool // detailed_metric or value_to_metric: metrics carry the value
 	replaces    []string
+	fair        *fairRule // non-nil: the limit is shared fairly among tenants
 	stats       *ruleStats
 }
 
@@ -67,8 +68,8 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 	for _, d := range set.Domains {
 		root := newNode()
 		c.domains[d.Name] = root
-		var walk func(n *node, descs []*policy.Descriptor, path []string)
-		walk = func(n *node, descs []*policy.Descriptor, path []string) {
+		var walk func(n *node, descs []*policy.Descriptor, path, keys []string)
+		walk = func(n *node, descs []*policy.Descriptor, path, keys []string) {
 			for _, pd := range descs {
 				b := &branch{key: pd.Key, value: pd.Value, wild: pd.HasWildcard(), share: pd.ShareThreshold && pd.HasWildcard()}
 				switch {
@@ -85,8 +86,12 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 					step += "_" + pd.Value
 				}
 				here := append(append([]string(nil), path...), step)
+				hereKeys := append(append([]string(nil), keys...), pd.Key)
 				for j, l := range pd.Limits {
 					r, err := e.newRule(d.Name, here, j, pd, l)
+					if err == nil && pd.Fairness != nil {
+						r.fair, err = e.newFairRule(r, pd.Fairness, hereKeys)
+					}
 					if err != nil {
 						errs = append(errs, &policy.Error{Pos: l.Pos, Field: "rate_limit", Msg: err.Error()})
 						continue
@@ -96,7 +101,7 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 						r.ref.Name += "#" + strconv.Itoa(j)
 					}
 					names[r.ref] = true
-					if build && r.galeRule.Limit > 0 {
+					if build && r.galeRule.Limit > 0 && r.fair == nil {
 						if lim := old[r.identity]; lim != nil {
 							r.limiter = lim
 							delete(old, r.identity)
@@ -112,11 +117,11 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 				}
 				if len(pd.Descriptors) > 0 {
 					b.next = newNode()
-					walk(b.next, pd.Descriptors, here)
+					walk(b.next, pd.Descriptors, here, hereKeys)
 				}
 			}
 		}
-		walk(root, d.Descriptors, nil)
+		walk(root, d.Descriptors, nil, nil)
 	}
 	gates, gerrs := e.compileGates(set, prev, build)
 	errs = append(errs, gerrs...)

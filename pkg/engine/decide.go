@@ -17,6 +17,7 @@ type hit struct {
 	ov     gale.Rule // the override's rule
 	ovInfo LimitInfo
 	key    string
+	tenant string // the tenant of a fair rule
 	cost   int64
 	d      gale.Decision
 	over   bool // the limit denied
@@ -49,10 +50,32 @@ func (e *Engine) Decide(ctx context.Context, req *Request, now time.Time) (*Resp
 func (e *Engine) decide(ctx context.Context, c *compiled, req *Request, now time.Time) (*Response, error) {
 	hits := e.match(c, req)
 	hits = applyReplaces(hits)
+	// Fair limits cannot give units back, so they are asked last, and only
+	// when no other limit has already denied the request.
+	isFair := func(h *hit) bool { return h.r != nil && h.r.fair != nil }
+	denied := false
 	for j := range hits {
-		if err := e.evaluate(ctx, req, &hits[j], now); err != nil {
-			e.refund(ctx, hits[:j], now)
+		h := &hits[j]
+		if isFair(h) {
+			continue
+		}
+		if err := e.evaluate(ctx, req, h, now); err != nil {
+			e.refund(ctx, hits, now)
 			return nil, err
+		}
+		denied = denied || (h.over && !h.shadow() && !h.quota())
+	}
+	for j := range hits {
+		h := &hits[j]
+		switch {
+		case !isFair(h):
+		case denied:
+			h.status = Status{Code: CodeOK, Limit: &h.r.info} // not asked: the request is denied anyway
+		default:
+			if err := e.evaluate(ctx, req, h, now); err != nil {
+				e.refund(ctx, hits, now)
+				return nil, err
+			}
 		}
 	}
 	resp := &Response{Code: CodeOK, Statuses: make([]Status, len(req.Descriptors)), HeaderStatus: -1}
@@ -129,7 +152,15 @@ func (e *Engine) match(c *compiled, req *Request) []hit {
 		}
 		for _, r := range b.rules {
 			h := hit{desc: i, r: r, cost: cost}
-			if r.limiter != nil {
+			switch {
+			case r.fair != nil:
+				// One counter for every tenant: the tenant's value is left
+				// out of the key and decides the share instead.
+				lv := r.fair.level
+				h.tenant, values[lv] = values[lv], ""
+				h.key = counterKey(buf, req.Domain, r.id, keys, values)
+				values[lv] = h.tenant
+			case r.limiter != nil:
 				h.key = counterKey(buf, req.Domain, r.id, keys, values)
 			}
 			hits = append(hits, h)
@@ -190,6 +221,9 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 	}
 	var d gale.Decision
 	var err error
+	if h.r != nil && h.r.fair != nil {
+		return e.evaluateFair(ctx, h, &info, now)
+	}
 	if h.r != nil {
 		d, err = h.r.limiter.Check(ctx, h.key, h.cost, now)
 	} else {

@@ -105,6 +105,9 @@ type RuleSnapshot struct {
 	Values map[string]Decisions
 	// Limiter is the limiter's counters; zero for unlimited and blocked rules.
 	Limiter gale.Stats
+	// FairShares are a fair rule's tenants' shares of the current window,
+	// summed over its counters (at most 100 tenants, then OtherValue).
+	FairShares map[string]int64
 }
 
 // Snapshot reads the counters of every rule of the policy in use.
@@ -123,6 +126,10 @@ func (e *Engine) Snapshot() []RuleSnapshot {
 		if r.limiter != nil {
 			s.Mode = r.limiter.Mode()
 			s.Limiter = r.limiter.Stats()
+		}
+		if r.fair != nil {
+			s.Algorithm = "fair"
+			s.FairShares = r.fair.shares()
 		}
 		r.stats.mu.Lock()
 		if len(r.stats.values) > 0 {

@@ -104,3 +104,36 @@ func TestLeaseBatchAuto(t *testing.T) {
 		}
 	}
 }
+
+func TestFairness(t *testing.T) {
+	d, err := policy.Parse("f.yaml", []byte(`
+domain: f
+descriptors:
+  - key: route
+    value: search
+    descriptors:
+      - key: tenant
+        fairness: {tenant_key: tenant, weights: {gold: 3, free: 0.5}, default_weight: 1}
+        rate_limit: {unit: second, requests_per_unit: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fz := d.Descriptors[0].Descriptors[0].Fairness
+	if fz == nil || fz.TenantKey != "tenant" || fz.Weights["gold"] != 3 || fz.Weights["free"] != 0.5 || fz.DefaultWeight != 1 {
+		t.Fatalf("fairness %+v", fz)
+	}
+	for _, tc := range []struct{ desc, want string }{
+		{"fairness: {weights: {a: 1}}\n    rate_limit: {unit: second, requests_per_unit: 5}", "needs tenant_key"},
+		{"fairness: {tenant_key: k, weights: {a: -1}}\n    rate_limit: {unit: second, requests_per_unit: 5}", "a weight must be a positive number"},
+		{"fairness: {tenant_key: k}\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra}", "use algorithm: fixed_window"},
+		{"fairness: {tenant_key: k}\n    rate_limits: [{unit: second, requests_per_unit: 5}, {unit: day, requests_per_unit: 50}]", "exactly one rate_limit"},
+		{"fairness: {tenant_key: k}\n    mode: leased\n    rate_limit: {unit: second, requests_per_unit: 5}", "leases its budget itself"},
+		{"fairness: {tenant_key: k}", "fairness has no limit to enforce"},
+	} {
+		_, err := policy.Parse("f.yaml", []byte("domain: f\ndescriptors:\n  - key: k\n    "+tc.desc+"\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want %q", tc.desc, err, tc.want)
+		}
+	}
+}

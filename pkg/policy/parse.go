@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -198,12 +199,12 @@ func (r *reader) descriptor(m *yaml.Node, field string, depth int) *Descriptor {
 		Pos:          r.pos(m),
 	}
 	var (
-		keyNode, shareKey, leaseVal *yaml.Node
-		modeKey, leaseKey, storeKey *yaml.Node
-		limit                       *Limit
-		more                        []*Limit
-		modeOK                      = true
-		hasKey, keyOK               bool
+		keyNode, shareKey, leaseVal          *yaml.Node
+		modeKey, leaseKey, storeKey, fairKey *yaml.Node
+		limit                                *Limit
+		more                                 []*Limit
+		modeOK                               = true
+		hasKey, keyOK                        bool
 	)
 	for _, p := range r.pairs(m, field, 0) {
 		f := join(field, p.name)
@@ -245,6 +246,11 @@ func (r *reader) descriptor(m *yaml.Node, field string, depth int) *Descriptor {
 				storeKey = p.key
 				d.OnStoreError, _ = r.storeErrorPolicy(p.val, f)
 			}
+		case "fairness":
+			if !isNull(p.val) {
+				fairKey = p.key
+				d.Fairness = r.fairness(p.val, f)
+			}
 		default:
 			r.unknownKey(p.key, field, descriptorLevel)
 		}
@@ -272,7 +278,17 @@ func (r *reader) descriptor(m *yaml.Node, field string, depth int) *Descriptor {
 			r.errorf(leaseKey, join(field, "lease"), "lease applies only with mode: leased (add mode: leased, or remove lease)")
 		}
 	}
-	r.needLimits(d, field, modeKey, leaseKey, storeKey)
+	r.needLimits(d, field, modeKey, leaseKey, storeKey, fairKey)
+	if d.Fairness != nil && fairKey != nil {
+		switch {
+		case len(d.Limits) != 1 || d.Limits[0].Unlimited || d.Limits[0].RequestsPerUnit == 0:
+			r.errorf(fairKey, join(field, "fairness"), "fairness shares one limit: give this descriptor exactly one rate_limit with requests_per_unit ≥ 1")
+		case d.Limits[0].Algorithm != FixedWindow:
+			r.errorf(fairKey, join(field, "fairness"), "fairness splits a fixed window's budget: use algorithm: fixed_window (the default), not %s", d.Limits[0].Algorithm)
+		case modeKey != nil:
+			r.errorf(modeKey, join(field, "mode"), "a fair limit leases its budget itself: remove mode (and lease) beside fairness")
+		}
+	}
 	return d
 }
 
@@ -323,4 +339,49 @@ func (r *reader) storeErrorPolicy(n *yaml.Node, field string) (StoreErrorPolicy,
 	}
 	r.errorf(n, field, "%s", enumErr("on_store_error", s, []string{"error", "allow", "deny"}))
 	return OnErrorError, false
+}
+
+// fairness reads a descriptor's fairness block: which request entry names the
+// tenant, and the tenants' weights.
+func (r *reader) fairness(n *yaml.Node, field string) *Fairness {
+	if n.Kind != yaml.MappingNode {
+		r.errorf(n, field, "fairness must be a mapping (tenant_key: ..., weights: {...}, default_weight: 1), not %s", describe(n))
+		return nil
+	}
+	fz := &Fairness{DefaultWeight: 1, Weights: map[string]float64{}, Pos: r.pos(n)}
+	weight := func(v *yaml.Node, f string) (float64, bool) {
+		w, err := strconv.ParseFloat(v.Value, 64)
+		if v.Kind != yaml.ScalarNode || err != nil || w <= 0 || math.IsInf(w, 0) {
+			r.errorf(v, f, "a weight must be a positive number, not %s", describe(v))
+			return 0, false
+		}
+		return w, true
+	}
+	for _, p := range r.pairs(n, field, 0) {
+		f := join(field, p.name)
+		switch p.name {
+		case "tenant_key":
+			fz.TenantKey, _ = r.str(p.val, f, p.name)
+		case "default_weight":
+			if w, ok := weight(p.val, f); ok {
+				fz.DefaultWeight = w
+			}
+		case "weights":
+			if p.val.Kind != yaml.MappingNode {
+				r.errorf(p.val, f, "weights must be a mapping of tenant: weight, not %s", describe(p.val))
+				continue
+			}
+			for _, q := range r.pairs(p.val, f, 0) {
+				if w, ok := weight(q.val, join(f, q.name)); ok {
+					fz.Weights[q.name] = w
+				}
+			}
+		default:
+			r.unknownKey(p.key, field, fairLevel)
+		}
+	}
+	if fz.TenantKey == "" {
+		r.errorf(n, join(field, "tenant_key"), "fairness needs tenant_key: the descriptor entry whose value names the tenant (e.g. tenant_key: tenant)")
+	}
+	return fz
 }

@@ -65,6 +65,9 @@ type Descriptor struct {
 	// OnStoreError says what to answer when the store fails (extension;
 	// default error: the gRPC error lets Envoy's failure_mode_deny decide).
 	OnStoreError StoreErrorPolicy
+	// Fairness, when set, shares the descriptor's one limit among tenants in
+	// weighted max-min fair proportion (extension).
+	Fairness *Fairness
 
 	Pos Pos // where the descriptor's `key` is
 }
@@ -297,4 +300,18 @@ type GateReject struct {
 	Status int
 	// RetryAfter is sent as the retry-after header (default 1s).
 	RetryAfter time.Duration
+}
+
+// Fairness shares one limit among the tenants a request entry names: each
+// gets a weighted max-min fair share of the window's budget, and an idle
+// tenant's share goes to the busy ones.
+type Fairness struct {
+	// TenantKey is the key of the request entry whose value is the tenant;
+	// it must be the key of this descriptor or of one above it.
+	TenantKey string
+	// Weights are the tenants' weights; DefaultWeight (default 1) is every
+	// other tenant's.
+	Weights       map[string]float64
+	DefaultWeight float64
+	Pos           Pos
 }
