@@ -10,6 +10,13 @@ import (
 type leaseCall struct {
 	done chan struct{} // closed when the lease has landed in the entry
 	err  error         // the store's error, set before done is closed
+	// need is what the check that began the lease needed; abandoned is set
+	// (under the shard lock) when that check gave up before the lease
+	// landed. Uncoupled, those credits are dropped when it lands: the bound
+	// Limit + N·(Batch−1) rests on the starting check consuming its share.
+	need      int64
+	abandoned bool
+	landed    bool // guarded by the shard lock
 }
 
 // checkLeased serves from local credits, leasing on shortage.
@@ -51,7 +58,8 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 			return d, nil
 		}
 		call := e.lease
-		if call == nil {
+		mine := call == nil
+		if mine {
 			call = l.startLease(e, need, max(l.batch(e), cost), now)
 		}
 		sh.mu.Unlock()
@@ -59,6 +67,9 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 		select {
 		case <-call.done:
 		case <-ctx.Done():
+			if mine && l.lease.Uncoupled {
+				l.abandon(sh, e, call)
+			}
 			return Decision{}, ctx.Err()
 		}
 		if call.err == ErrClosed {
@@ -72,7 +83,7 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 
 // startLease sets a lease in flight for e. Called with e's shard locked.
 func (l *Limiter) startLease(e *entry, min, max int64, now time.Time) *leaseCall {
-	call := &leaseCall{done: make(chan struct{})}
+	call := &leaseCall{done: make(chan struct{}), need: min}
 	if l.closed.Load() {
 		// Close has passed (or is passing) its barrier: start nothing.
 		call.err = ErrClosed
@@ -100,6 +111,7 @@ func (l *Limiter) runLease(e *entry, call *leaseCall, min, max int64, now time.T
 	defer sh.mu.Unlock()
 	defer close(call.done)
 	e.lease = nil
+	call.landed = true
 	if err != nil {
 		call.err = err
 		return
@@ -127,6 +139,9 @@ func (l *Limiter) runLease(e *entry, call *leaseCall, min, max int64, now time.T
 	}
 	e.credits += g.Granted
 	e.fromWindow += g.Granted
+	if call.abandoned {
+		drop(sh, e, call.need)
+	}
 	if !l.lease.Uncoupled && !g.WindowEnd.IsZero() {
 		e.expires = local(g.WindowEnd)
 	}
@@ -226,4 +241,28 @@ func (l *Limiter) track(e *entry, now time.Time) {
 		}
 		e.window, e.served = w, 0
 	}
+}
+
+// abandon records that the check which began call gave up. Uncoupled, the
+// credits it needed must not carry on to other checks, which may be stamped
+// in a later window: dropped now if the lease has landed, when it lands
+// otherwise.
+func (l *Limiter) abandon(sh *tshard, e *entry, call *leaseCall) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if call.landed {
+		if call.err == nil {
+			drop(sh, e, call.need)
+		}
+		return
+	}
+	call.abandoned = true
+}
+
+// drop strands up to n of e's credits. Called with sh locked.
+func drop(sh *tshard, e *entry, n int64) {
+	n = min(n, e.credits)
+	e.credits -= n
+	e.fromWindow = max(e.fromWindow-n, 0)
+	sh.stranded += n
 }

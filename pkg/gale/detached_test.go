@@ -1,0 +1,59 @@
+package gale_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
+)
+
+// TestAbandonedLeaseCarriesAtMostBatchMinusOne: uncoupled leasing carries
+// at most Batch−1 credits into the next window per node (seed 04's bound),
+// even when the check that began a lease just before the boundary gives up
+// and a check stamped after the boundary receives the lease. The credits the
+// abandoned check needed are dropped, not carried.
+func TestAbandonedLeaseCarriesAtMostBatchMinusOne(t *testing.T) {
+	const batch = 5
+	s := &countingStore{Store: memstore.New(), gate: make(chan struct{})}
+	l := newLimiter(t, s, gale.Config{Rule: perMinute(1000), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: batch, Uncoupled: true}, StoreTimeout: time.Minute})
+	w1 := start.Add(59 * time.Second)
+	w2 := start.Add(time.Minute)
+
+	// The first check, stamped in window 1, starts a lease and gives up.
+	ctx, cancel := context.WithCancel(bg)
+	first := make(chan error, 1)
+	go func() { _, err := l.Check(ctx, "k", 1, w1); first <- err }()
+	if !eventually(func() bool { return s.inflight.Load() == 1 }) {
+		t.Fatal("the lease never started")
+	}
+	cancel()
+	if err := <-first; err == nil {
+		t.Fatal("the cancelled check succeeded")
+	}
+	// A check stamped in window 2 waits for that lease.
+	second := make(chan gale.Decision, 1)
+	go func() { d, _ := l.Check(bg, "k", 1, w2); second <- d }()
+	if !eventually(func() bool { return l.Stats().LeasesRequested == 1 }) {
+		t.Fatal("no lease requested")
+	}
+	close(s.gate) // the lease lands: 5 credits of window 1
+	if d := <-second; !d.Allowed {
+		t.Fatalf("second check: %+v", d)
+	}
+	served := 1
+	for i := 0; i < batch; i++ {
+		before := s.leases.Load()
+		if !mustCheck(t, l, "k", 1, w2).Allowed {
+			t.Fatal("denied")
+		}
+		if s.leases.Load() != before {
+			break // a new lease: the carried credits ran out
+		}
+		served++
+	}
+	if served > batch-1 {
+		t.Fatalf("window 2 was served %d credits leased in window 1; at most Batch−1 = %d may carry over", served, batch-1)
+	}
+}
