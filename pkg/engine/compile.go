@@ -45,6 +45,7 @@ type rule struct {
 	metricValue bool // detailed_metric or value_to_metric: metrics carry the value
 	replaces    []string
 	fair        *fairRule // non-nil: the limit is shared fairly among tenants
+	onError     policy.StoreErrorPolicy
 	stats       *ruleStats
 }
 
@@ -157,6 +158,7 @@ func (e *Engine) newRule(domain string, path []string, j int, pd *policy.Descrip
 		quota:       pd.QuotaMode,
 		metricValue: pd.DetailedMetric || pd.ValueToMetric,
 		replaces:    l.Replaces,
+		onError:     pd.OnStoreError,
 		info:        LimitInfo{Name: l.Name, Unit: l.Unit, RequestsPerUnit: l.RequestsPerUnit, UnitMultiplier: max(l.UnitMultiplier, 1)},
 	}
 	if r.ref.Name == "" {

@@ -98,6 +98,16 @@ func (e *Engine) evaluateFair(ctx context.Context, h *hit, info *LimitInfo, now 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// The descriptor's on_store_error decides, as for every other rule.
+		switch h.r.onError {
+		case policy.OnErrorAllow:
+			h.status = Status{Code: CodeOK, Limit: info}
+			return nil
+		case policy.OnErrorDeny:
+			h.over = true
+			h.status = Status{Code: CodeOverLimit, Limit: info}
+			return nil
+		}
 		return errors.Join(gale.ErrStore, err)
 	}
 	h.over = !d.Allowed

@@ -1,10 +1,13 @@
 package engine_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 )
 
@@ -71,5 +74,45 @@ func TestFairnessSharesOneLimit(t *testing.T) {
 	}
 	if n != 40 {
 		t.Fatalf("after 50 requests denied elsewhere, gold alone got %d of 40: the denied requests consumed the fair limit", n)
+	}
+}
+
+// downStore fails every call, as a dead Redis does.
+type downStore struct{}
+
+func (downStore) Check(context.Context, string, gale.Rule, int64, time.Time) (gale.Decision, error) {
+	return gale.Decision{}, errors.New("connection refused")
+}
+func (downStore) Lease(context.Context, string, gale.Rule, int64, int64, time.Time) (gale.Grant, error) {
+	return gale.Grant{}, errors.New("connection refused")
+}
+func (downStore) Return(context.Context, string, gale.Rule, int64, time.Time, time.Time) error {
+	return errors.New("connection refused")
+}
+
+func TestFairRuleFollowsOnStoreError(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		code   engine.Code
+		err    bool
+	}{{"allow", engine.CodeOK, false}, {"deny", engine.CodeOverLimit, false}, {"error", 0, true}} {
+		e := newEngine(t, downStore{}, map[string]string{"f.yaml": `
+domain: f
+descriptors:
+  - key: tenant
+    on_store_error: ` + tc.policy + `
+    fairness: {tenant_key: tenant}
+    rate_limit: {unit: second, requests_per_unit: 10}
+`})
+		resp, err := e.Decide(bg, req("f", "tenant=a"), t0)
+		if tc.err {
+			if !errors.Is(err, gale.ErrStore) {
+				t.Errorf("%s: err = %v, want ErrStore", tc.policy, err)
+			}
+			continue
+		}
+		if err != nil || resp.Code != tc.code {
+			t.Errorf("%s: %v %v, want %v", tc.policy, resp, err, tc.code)
+		}
 	}
 }
