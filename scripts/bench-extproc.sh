@@ -37,33 +37,16 @@
 # all of it on exit; it never uses a server that was already running.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-
-GHZ_VERSION=v0.120.0
-GO=${GO:-go}
-MAKE=${MAKE:-make}
+BENCH_NAME=bench-extproc
 TARGETS=${BENCH_TARGETS:-noop gates}
-DURATION=${BENCH_DURATION:-15s}
-CONCURRENCY=${BENCH_CONCURRENCY:-50}
-CONNECTIONS=${BENCH_CONNECTIONS:-1}
-START_TIMEOUT=${BENCH_START_TIMEOUT:-20}
-MIN_RATIO=0.8 # the target: throttlekit's streams/s over the floor's
+# shellcheck source=scripts/bench-common.sh
+source "$(dirname "$0")/bench-common.sh"
 
-TOOLS=$ROOT/bin/tools
-GHZ=$TOOLS/ghz
+MIN_RATIO=0.8 # the target: throttlekit's streams/s over the floor's
 NOOP=$ROOT/bin/bench/noopextproc
-BENCHTOOL=$ROOT/bin/bench/benchtool
-THROTTLEKIT=${BENCH_THROTTLEKIT:-$ROOT/bin/throttlekit}
 POLICY=$ROOT/test/bench/policy-gates
 GATE=bench # the gate of $POLICY
 METHOD=envoy.service.ext_proc.v3.ExternalProcessor.Process
-
-log() { echo "bench-extproc: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
 
 # header NAME VALUE: one HeaderValue as protobuf JSON; raw_value is bytes,
 # which JSON carries in base64.
@@ -75,10 +58,6 @@ header() {
 STREAM="[{\"request_headers\":{\"headers\":{\"headers\":[$(header :method GET),$(header :path /api/v1/items),$(header :authority bench.local)]},\"end_of_stream\":true}},"
 STREAM+="{\"response_headers\":{\"headers\":{\"headers\":[$(header :status 200)]},\"end_of_stream\":false}}]"
 
-# Settings meant for a deployed sidecar must not leak into the servers
-# measured here: each is configured by flags alone.
-while read -r v; do unset "$v"; done < <(compgen -e | grep '^THROTTLEKIT_' || true)
-
 need_throttlekit=false
 for t in $TARGETS; do
 	case $t in
@@ -88,86 +67,6 @@ for t in $TARGETS; do
 	esac
 done
 [[ $CONCURRENCY =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONCURRENCY=$CONCURRENCY: want a positive integer"
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench-extproc.XXXXXX")
-LOGS=$ROOT/out/bench-extproc-logs # the servers' output, kept for a look after a failure
-rm -rf "$LOGS"
-mkdir -p "$LOGS"
-PIDS=() # every process this script started and has not stopped yet
-cleanup() {
-	local pid
-	for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# forget PID: PID has ended; cleanup has nothing more to stop there.
-forget() {
-	local keep=() p
-	for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-	PIDS=("${keep[@]}")
-}
-
-# stop PID: ends one process this script started (SIGTERM: the servers drain
-# and the no-op one prints its tally) and waits for it.
-stop() {
-	kill "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
-	forget "$1"
-}
-
-# free_port prints a loopback TCP port nobody listens on. Another process may
-# take it before ours binds it: a server that then fails to start is reported.
-free_port() {
-	local p _
-	for _ in $(seq 1 100); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return 0
-		fi
-	done
-	die "no free loopback port found"
-}
-
-# wait_ready NAME PID LOG PROBE_ARGS...: polls benchtool probe until the
-# server answers ready, failing with the server's log when it exits first or
-# is not ready within BENCH_START_TIMEOUT seconds.
-wait_ready() {
-	local name=$1 pid=$2 logfile=$3 err
-	shift 3
-	local deadline=$((SECONDS + START_TIMEOUT))
-	while :; do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			log "$name exited before it was ready; the end of its log ($logfile):"
-			tail -n 30 "$logfile" >&2 || true
-			exit 1
-		fi
-		if err=$("$BENCHTOOL" probe "$@" 2>&1); then
-			return 0
-		fi
-		if ((SECONDS >= deadline)); then
-			log "$name not ready after ${START_TIMEOUT}s: $err"
-			log "the end of its log ($logfile):"
-			tail -n 30 "$logfile" >&2 || true
-			exit 1
-		fi
-		sleep 0.1
-	done
-}
-
-ensure_ghz() {
-	if [[ -x $GHZ && "$(cat "$TOOLS/ghz.version" 2>/dev/null)" == "$GHZ_VERSION" ]]; then
-		return
-	fi
-	log "installing ghz $GHZ_VERSION into $TOOLS"
-	mkdir -p "$TOOLS"
-	GOBIN=$TOOLS "$GO" install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION" ||
-		die "go install github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION failed"
-	echo "$GHZ_VERSION" >"$TOOLS/ghz.version"
-}
 
 # gate_counts URL: throttlekit's counters for the bench gate, "admitted
 # rejected cancelled ok error dropped".

@@ -26,35 +26,14 @@
 # uses a server that was already running.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-
-GHZ_VERSION=v0.120.0
-GO=${GO:-go}
-MAKE=${MAKE:-make}
+BENCH_NAME=bench-rls
 TARGETS=${BENCH_TARGETS:-noop strict leased memory}
-DURATION=${BENCH_DURATION:-15s}
-CONCURRENCY=${BENCH_CONCURRENCY:-50}
-CONNECTIONS=${BENCH_CONNECTIONS:-1}
-START_TIMEOUT=${BENCH_START_TIMEOUT:-20}
+# shellcheck source=scripts/bench-common.sh
+source "$(dirname "$0")/bench-common.sh"
 
-TOOLS=$ROOT/bin/tools
-GHZ=$TOOLS/ghz
 NOOP=$ROOT/bin/bench/noop
-BENCHTOOL=$ROOT/bin/bench/benchtool
-THROTTLEKIT=${BENCH_THROTTLEKIT:-$ROOT/bin/throttlekit}
 METHOD=envoy.service.ratelimit.v3.RateLimitService.ShouldRateLimit
 REQUEST='{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}],"hits_addend":1}'
-
-log() { echo "bench-rls: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
-
-# Settings meant for a deployed sidecar must not leak into the servers
-# measured here: each is configured by flags alone.
-while read -r v; do unset "$v"; done < <(compgen -e | grep '^THROTTLEKIT_' || true)
 
 need_redis=false
 need_throttlekit=false
@@ -66,80 +45,6 @@ for t in $TARGETS; do
 	*) die "unknown target \"$t\" in BENCH_TARGETS (want: noop strict leased memory)" ;;
 	esac
 done
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench-rls.XXXXXX")
-LOGS=$ROOT/out/bench-rls-logs # the servers' output, kept for a look after a failure
-rm -rf "$LOGS"
-mkdir -p "$LOGS"
-PIDS=() # every process this script started and has not stopped yet
-cleanup() {
-	local pid
-	for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# stop PID: ends one process this script started.
-stop() {
-	local pid=$1 keep=() p
-	kill "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-	for p in "${PIDS[@]}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
-	PIDS=("${keep[@]}")
-}
-
-# free_port prints a loopback TCP port nobody listens on. Another process may
-# take it before ours binds it: a server that then fails to start is reported.
-free_port() {
-	local p _
-	for _ in $(seq 1 100); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return 0
-		fi
-	done
-	die "no free loopback port found"
-}
-
-# wait_ready NAME PID LOG PROBE_ARGS...: polls benchtool probe until the
-# server answers ready, failing with the server's log when it exits first or
-# is not ready within BENCH_START_TIMEOUT seconds.
-wait_ready() {
-	local name=$1 pid=$2 logfile=$3 err
-	shift 3
-	local deadline=$((SECONDS + START_TIMEOUT))
-	while :; do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			log "$name exited before it was ready; the end of its log ($logfile):"
-			tail -n 30 "$logfile" >&2 || true
-			exit 1
-		fi
-		if err=$("$BENCHTOOL" probe "$@" 2>&1); then
-			return 0
-		fi
-		if ((SECONDS >= deadline)); then
-			log "$name not ready after ${START_TIMEOUT}s: $err"
-			log "the end of its log ($logfile):"
-			tail -n 30 "$logfile" >&2 || true
-			exit 1
-		fi
-		sleep 0.1
-	done
-}
-
-ensure_ghz() {
-	if [[ -x $GHZ && "$(cat "$TOOLS/ghz.version" 2>/dev/null)" == "$GHZ_VERSION" ]]; then
-		return
-	fi
-	log "installing ghz $GHZ_VERSION into $TOOLS"
-	mkdir -p "$TOOLS"
-	GOBIN=$TOOLS "$GO" install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION" ||
-		die "go install github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION failed"
-	echo "$GHZ_VERSION" >"$TOOLS/ghz.version"
-}
 
 # ---- the Redis this script owns ---------------------------------------------
 REDIS_PORT=
