@@ -56,7 +56,7 @@ type rule struct {
 func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled, map[string]*gale.Limiter, error) {
 	c := &compiled{set: set, domains: make(map[string]*node, len(set.Domains))}
 	var errs policy.Errors
-	kept := map[string]*gale.Limiter{}
+	var created []*gale.Limiter // made by this compile: closed again if it fails
 	old := map[string]*gale.Limiter{}
 	if prev != nil {
 		for _, r := range prev.rules {
@@ -109,8 +109,9 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 						} else if r.limiter, err = gale.New(e.store, e.limiterConfig(r, pd)); err != nil {
 							errs = append(errs, &policy.Error{Pos: l.Pos, Field: "rate_limit", Msg: err.Error()})
 							continue
+						} else {
+							created = append(created, r.limiter)
 						}
-						kept[r.identity] = r.limiter
 					}
 					r.stats = e.statsFor(r.ref)
 					b.rules = append(b.rules, r)
@@ -129,23 +130,12 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 	c.gates = gates
 	if len(errs) > 0 {
 		// Limiters made for this set are not in use: close them.
-		for id, l := range kept {
-			if prev == nil || !prevHas(prev, id) {
-				_ = l.Close(e.bg)
-			}
+		for _, l := range created {
+			_ = l.Close(e.bg)
 		}
 		return nil, nil, errs
 	}
 	return c, old, nil
-}
-
-func prevHas(prev *compiled, identity string) bool {
-	for _, r := range prev.rules {
-		if r.identity == identity {
-			return true
-		}
-	}
-	return false
 }
 
 // newRule builds the rule of limit l (the j-th of descriptor pd at path).

@@ -201,7 +201,6 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 	if h.r != nil {
 		info = h.r.info
 	}
-	h.status.Limit = &info
 	switch {
 	case h.r != nil && h.r.unlimited:
 		// As envoyproxy/ratelimit: OK, no current limit, MaxUint32 remaining.

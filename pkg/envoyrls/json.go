@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -37,10 +38,10 @@ func JSONHandler(s *RateLimitServer) http.Handler {
 		if err != nil {
 			st := status.Convert(err)
 			code := http.StatusInternalServerError
-			switch st.Code().String() {
-			case "InvalidArgument":
+			switch st.Code() {
+			case codes.InvalidArgument:
 				code = http.StatusBadRequest
-			case "Unavailable":
+			case codes.Unavailable:
 				code = http.StatusServiceUnavailable
 			}
 			http.Error(w, st.Message(), code)
