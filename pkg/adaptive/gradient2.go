@@ -118,19 +118,13 @@ func (g *Gradient2) Limit() int { return g.limit }
 // Observe folds s in at now and returns the limit now in force.
 func (g *Gradient2) Observe(now time.Time, s Sample) int {
 	rtt := max(s.RTT, time.Nanosecond) // a zero RTT would divide by zero
-	switch g.recal.phase(now, s) {
+	switch g.recal.step(now, s, rtt, g.noload) {
 	case recalBegin:
-		g.saved = g.estimate
-		g.noload.reset()
-		g.limit = g.recal.cfg.Limit
+		g.saved, g.limit = g.estimate, g.recal.cfg.Limit
 		return g.limit
-	case recalHold:
-		return g.limit
-	case recalMeasure:
-		g.noload.push(rtt)
+	case recalHold, recalMeasure:
 		return g.limit
 	case recalEnd:
-		g.noload.push(rtt)
 		g.estimate = g.saved
 		g.limit = g.b.clamp(int(g.estimate))
 		return g.limit

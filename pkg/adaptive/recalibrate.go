@@ -112,6 +112,21 @@ func (r *recalibrator) phase(now time.Time, s Sample) recalPhase {
 	return recalEnd
 }
 
+// step is phase plus the baseline's bookkeeping, which is the same for
+// every controller: a recalibration empties the no-load baseline when it
+// starts and feeds it the samples that re-measure it. The controller is left
+// to pin and restore its own limit.
+func (r *recalibrator) step(now time.Time, s Sample, rtt time.Duration, noload *minWindow) recalPhase {
+	p := r.phase(now, s)
+	switch p {
+	case recalBegin:
+		noload.reset()
+	case recalMeasure, recalEnd:
+		noload.push(rtt)
+	}
+	return p
+}
+
 func (r *recalibrator) schedule(now time.Time) {
 	d := r.cfg.Interval
 	if j := r.cfg.Jitter; j > 0 {

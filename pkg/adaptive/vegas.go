@@ -80,19 +80,13 @@ func (v *Vegas) Limit() int { return v.limit }
 // Observe folds s in at now and returns the limit now in force.
 func (v *Vegas) Observe(now time.Time, s Sample) int {
 	rtt := max(s.RTT, time.Nanosecond) // a zero RTT would divide by zero
-	switch v.recal.phase(now, s) {
+	switch v.recal.step(now, s, rtt, v.noload) {
 	case recalBegin:
-		v.saved = v.limit
-		v.noload.reset()
-		v.limit = v.recal.cfg.Limit
+		v.saved, v.limit = v.limit, v.recal.cfg.Limit
 		return v.limit
-	case recalHold:
-		return v.limit
-	case recalMeasure:
-		v.noload.push(rtt)
+	case recalHold, recalMeasure:
 		return v.limit
 	case recalEnd:
-		v.noload.push(rtt)
 		v.limit = v.saved
 		return v.limit
 	}
