@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
@@ -110,7 +111,7 @@ func (m *metrics) unaryInterceptor(log func(msg string, args ...any)) grpc.Unary
 		defer func() {
 			if p := recover(); p != nil {
 				log("panic in gRPC handler", "method", info.FullMethod, "panic", p)
-				resp, err = nil, status.Errorf(13, "internal error")
+				resp, err = nil, status.Error(codes.Internal, "internal error")
 			}
 			m.grpcRequests.WithLabelValues(method, status.Code(err).String()).Inc()
 			m.grpcLatency.WithLabelValues(method).Observe(time.Since(start).Seconds())

@@ -2,7 +2,6 @@ package envoyrls_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/envoyrls"
@@ -46,20 +44,9 @@ func newGateEngine(t *testing.T) *engine.Engine {
 
 func serveExtProc(t *testing.T, e *engine.Engine) extprocv3.ExternalProcessorClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(e, envoyrls.ProcessorOptions{}))
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return extprocv3.NewExternalProcessorClient(conn)
+	return extprocv3.NewExternalProcessorClient(listen(t, func(gs *grpc.Server) {
+		extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(e, envoyrls.ProcessorOptions{}))
+	}))
 }
 
 func headers(kv ...string) *corev3.HeaderMap {

@@ -60,15 +60,16 @@ func newEngine(t testing.TB, store gale.Store) *engine.Engine {
 	return e
 }
 
-// serveGRPC serves s on a loopback socket and returns a client.
-func serveGRPC(t *testing.T, s *envoyrls.RateLimitServer) rlsv3.RateLimitServiceClient {
+// listen serves on a loopback socket whatever register puts on a fresh gRPC
+// server, and returns a client connection to it; both close on cleanup.
+func listen(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(gs, s)
+	register(gs)
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -76,7 +77,13 @@ func serveGRPC(t *testing.T, s *envoyrls.RateLimitServer) rlsv3.RateLimitService
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return conn
+}
+
+// serveGRPC serves s and returns a RateLimitService client.
+func serveGRPC(t *testing.T, s *envoyrls.RateLimitServer) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	return rlsv3.NewRateLimitServiceClient(listen(t, func(gs *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(gs, s) }))
 }
 
 func rlReq(domain string, entries ...string) *rlsv3.RateLimitRequest {
