@@ -247,23 +247,21 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 	return nil
 }
 
-// giveBack applies a negative hit: the units go back to the window in place
-// at now.
+// giveBack applies a negative hit: units the key consumed in the window in
+// place at now go back to it, never more than it consumed (gale's
+// Limiter.GiveBack; for a request's override limit, the store's count).
 func (e *Engine) giveBack(ctx context.Context, h *hit, now time.Time) error {
-	rule := h.ov
 	if h.r != nil {
-		rule = h.r.galeRule
+		_, err := h.r.limiter.GiveBack(ctx, h.key, h.cost, now)
+		return err
 	}
 	var end time.Time
-	if _, we := rule.WindowBounds(now.UnixMicro()); we != 0 {
+	if _, we := h.ov.WindowBounds(now.UnixMicro()); we != 0 {
 		end = time.UnixMicro(we)
-	}
-	if h.r != nil {
-		return h.r.limiter.Refund(ctx, h.key, h.cost, gale.Decision{Allowed: true, ResetAt: end}, now)
 	}
 	sctx, cancel := context.WithTimeout(ctx, e.storeTimeout())
 	defer cancel()
-	return e.store.Return(sctx, h.key, rule, h.cost, end, now)
+	return e.store.Return(sctx, h.key, h.ov, h.cost, end, now)
 }
 
 // refund gives back what the hits took: the request is not admitted (or
@@ -280,12 +278,8 @@ func (e *Engine) refund(ctx context.Context, hits []hit, now time.Time) {
 		if h.r != nil {
 			err = h.r.limiter.Refund(ctx, h.key, h.cost, h.d, now)
 		} else {
-			var end time.Time
-			if h.ov.Windowed() {
-				end = h.d.ResetAt
-			}
 			sctx, cancel := context.WithTimeout(ctx, e.storeTimeout())
-			err = e.store.Return(sctx, h.key, h.ov, h.cost, end, now)
+			err = e.store.Return(sctx, h.key, h.ov, h.cost, h.d.WindowEnd, now)
 			cancel()
 		}
 		if err != nil {

@@ -43,7 +43,10 @@ type Override struct {
 }
 
 // Bounds on a request; beyond them it is rejected with ErrInvalidRequest.
+// A domain is a name an operator writes in a policy file, like an entry's
+// key, so it has the key's bound. Envoy's protos set no maximum on either.
 const (
+	MaxDomainBytes = 256
 	MaxDescriptors = 64
 	MaxEntries     = 16
 	MaxKeyBytes    = 256
@@ -52,8 +55,8 @@ const (
 
 // ErrInvalidRequest is wrapped by every error Decide returns for a request
 // that cannot be answered as sent (no domain, no descriptors, an empty key,
-// too many descriptors or entries, hits that overflow). The adapter maps it
-// to INVALID_ARGUMENT.
+// a domain, key or value too long, too many descriptors or entries, hits
+// that overflow). The adapter maps it to INVALID_ARGUMENT.
 var ErrInvalidRequest = errors.New("invalid rate-limit request")
 
 // Code is a rate-limit verdict, numbered as Envoy's RateLimitResponse.Code.
@@ -112,6 +115,9 @@ func validate(req *Request) error {
 	}
 	if req.Domain == "" {
 		return bad("no domain")
+	}
+	if len(req.Domain) > MaxDomainBytes {
+		return bad("domain is %d bytes, at most %d bytes", len(req.Domain), MaxDomainBytes)
 	}
 	if len(req.Descriptors) == 0 {
 		return bad("no descriptors")

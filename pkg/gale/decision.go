@@ -23,6 +23,11 @@ type Decision struct {
 	// Fallback is true when the store failed and the decision came from the
 	// limiter's OnStoreError policy rather than from the store.
 	Fallback bool
+	// WindowEnd names the store window the admitted units were counted in:
+	// its end, on the store's clock (as a Grant's WindowEnd). Refund gives
+	// the units back to that window and to no other. The zero time for a
+	// denial, a fallback, and the strategies without windows.
+	WindowEnd time.Time
 }
 
 // Grant is the store's answer to a lease.

@@ -39,12 +39,19 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 		if e.credits >= cost {
 			e.credits -= cost
 			e.served += cost
+			e.used += cost
 			if !waited {
 				sh.localHits++
 			}
-			d := Decision{Allowed: true, Limit: l.rule.Limit, Remaining: e.credits + e.remote, ResetAt: e.reset}
+			d := Decision{Allowed: true, Limit: l.rule.Limit, Remaining: e.credits + e.remote, ResetAt: e.reset, WindowEnd: e.windowEnd}
+			if now.After(e.reset) && l.rule.Windowed() {
+				// Uncoupled credits outlive their window: the window in
+				// place is the one to report.
+				_, we := l.rule.WindowBounds(now.UnixMicro())
+				d.ResetAt = time.UnixMicro(we)
+			}
 			if l.lease.LowWater > 0 && e.credits <= l.lease.LowWater && e.lease == nil && !now.Before(e.denyUntil) {
-				l.startLease(e, 1, l.batch(e), now)
+				l.refill(e, now)
 			}
 			sh.mu.Unlock()
 			return d, nil
@@ -80,6 +87,26 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 		}
 	}
 }
+
+// refill starts a background lease for e, whose credits are at or below
+// the low water. Where credits carry over a boundary (uncoupled, or a
+// strategy without windows) it asks only for what tops the node up to a
+// batch: a node then never holds more than a batch of credits, whatever the
+// low water, and a fleet's carry into a window is at most N·Batch. Called
+// with e's shard locked.
+func (l *Limiter) refill(e *entry, now time.Time) {
+	want := l.batch(e)
+	if l.carries() {
+		want -= e.credits
+	}
+	if want >= 1 {
+		l.startLease(e, 1, want, now)
+	}
+}
+
+// carries reports whether leased credits outlive the store window that
+// granted them.
+func (l *Limiter) carries() bool { return l.lease.Uncoupled || !l.rule.Windowed() }
 
 // startLease sets a lease in flight for e. Called with e's shard locked.
 func (l *Limiter) startLease(e *entry, min, max int64, now time.Time) *leaseCall {
@@ -135,15 +162,18 @@ func (l *Limiter) runLease(e *entry, call *leaseCall, min, max int64, now time.T
 			sh.stranded += e.credits
 			e.credits = 0
 		}
-		e.windowEnd, e.fromWindow = g.WindowEnd, 0
+		e.windowEnd, e.fromWindow, e.used = g.WindowEnd, 0, 0
 	}
 	e.credits += g.Granted
 	e.fromWindow += g.Granted
 	if call.abandoned {
 		drop(sh, e, call.need)
 	}
-	if !l.lease.Uncoupled && !g.WindowEnd.IsZero() {
-		e.expires = local(g.WindowEnd)
+	if !g.WindowEnd.IsZero() {
+		e.until = local(g.WindowEnd)
+		if !l.lease.Uncoupled {
+			e.expires = e.until
+		}
 	}
 	e.remote, e.reset = g.Decision.Remaining, local(g.Decision.ResetAt)
 }

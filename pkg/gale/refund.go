@@ -2,51 +2,108 @@ package gale
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
 // Refund gives back cost units that Check admitted with decision d at now,
 // when the caller did not use them (another limit of the same request denied
-// it). In leased mode the units go back to the key's local credits, if those
-// still belong to the window that admitted them; otherwise they go back to
-// the store, into the window that admitted them (d.ResetAt for the windowed
-// strategies). A refund that arrives after that window ended is dropped: it
-// can only under-admit. A fallback decision (the store was down) took
-// nothing and refunds nothing.
+// it). The units go back to the store window they were counted in,
+// d.WindowEnd, and to no other: a refund that arrives after that window ended
+// is dropped, which can only under-admit. A fallback decision (the store was
+// down) took nothing and refunds nothing.
+//
+// In leased mode the units were served from this node's credits. While the
+// credits of d's window are still in place they are restored there
+// (window-coupled), or given back to the store's count of that window (where
+// credits carry over a boundary, so that a refund never raises what a node
+// carries into the next window). Either way at most the units this node
+// served from that window are given back.
 func (l *Limiter) Refund(ctx context.Context, key string, cost int64, d Decision, now time.Time) error {
 	if !d.Allowed || d.Fallback || cost < 1 {
 		return nil
 	}
 	if cost > MaxLimit {
-		return ErrInvalidCost
+		return fmt.Errorf("%w (refunding %d)", ErrInvalidCost, cost)
 	}
 	now = now.Add(-time.Duration(now.Nanosecond() % 1000))
 	if l.mode == Leased {
-		sh := l.l1.shard(key)
-		sh.mu.Lock()
-		e := sh.keys[key]
-		if e != nil {
-			sh.expire(e, now)
-			if e.expires.IsZero() || now.Before(e.expires) {
-				e.credits += cost
-				e.fromWindow += cost
-				sh.mu.Unlock()
-				return nil
-			}
-		}
-		sh.mu.Unlock()
-		return nil // the credits' window is gone, or the key was evicted: nothing to give back
+		_, err := l.giveBackLeased(ctx, key, cost, now, func(e *entry) bool { return e.windowEnd.Equal(d.WindowEnd) })
+		return err
 	}
-	var windowEnd time.Time
+	return l.returnToStore(ctx, key, cost, d.WindowEnd, now)
+}
+
+// GiveBack applies a negative hit (is_negative_hits) of n units of key at
+// now: it gives back units the key consumed in the window in place at now,
+// never more. It returns how many units it gave back.
+//
+// In strict and cached-deny mode the units go to the store's count of that
+// window, which gives back at most what the window counted, fleet-wide; the
+// count returned is then n. In leased mode the store's count includes credits
+// other nodes hold and have not served, so a node gives back at most the
+// units it served itself from the current window's credits, as Refund does.
+func (l *Limiter) GiveBack(ctx context.Context, key string, n int64, now time.Time) (int64, error) {
+	if n < 1 || n > MaxLimit {
+		return 0, fmt.Errorf("%w (giving back %d)", ErrInvalidCost, n)
+	}
+	now = now.Add(-time.Duration(now.Nanosecond() % 1000))
+	if l.mode == Leased {
+		return l.giveBackLeased(ctx, key, n, now, func(*entry) bool { return true })
+	}
+	var end time.Time
 	if l.rule.Windowed() {
-		windowEnd = d.ResetAt
+		_, we := l.rule.WindowBounds(now.UnixMicro())
+		end = time.UnixMicro(we)
 	}
+	if err := l.returnToStore(ctx, key, n, end, now); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// giveBackLeased gives back up to n units key's node served from the credits
+// of the window in place at now, when window accepts the entry's window.
+// Window-coupled the units join the credits again (they expire with the
+// window they came from); otherwise they go back to the store's count of that
+// window.
+func (l *Limiter) giveBackLeased(ctx context.Context, key string, n int64, now time.Time, window func(*entry) bool) (int64, error) {
+	sh := l.l1.shard(key)
+	sh.mu.Lock()
+	e := sh.keys[key]
+	if e == nil || !window(e) {
+		sh.mu.Unlock()
+		return 0, nil // evicted, or its credits are of a later window: nothing of this one to give back to
+	}
+	sh.expire(e, now) // a window that has ended has used = 0
+	n = min(n, e.used)
+	if n <= 0 {
+		sh.mu.Unlock()
+		return 0, nil
+	}
+	e.used -= n
+	if !l.carries() {
+		e.credits += n
+		e.fromWindow += n
+		sh.mu.Unlock()
+		return n, nil
+	}
+	end := e.windowEnd
+	sh.mu.Unlock()
+	if err := l.returnToStore(ctx, key, n, end, now); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// returnToStore gives n units back to the store window ending at end.
+func (l *Limiter) returnToStore(ctx context.Context, key string, n int64, end, now time.Time) error {
 	sctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	if err := l.store.Return(sctx, key, l.rule, cost, windowEnd, now); err != nil {
+	if err := l.store.Return(sctx, key, l.rule, n, end, now); err != nil {
 		l.counters.storeErrors.Add(1)
 		return err
 	}
-	l.counters.creditsReturned.Add(cost)
+	l.counters.creditsReturned.Add(n)
 	return nil
 }

@@ -56,13 +56,17 @@ func CheckReturn(rule Rule, credits int64) error {
 
 // Decision converts a strategy outcome to a Decision for rule.
 func (o Outcome) Decision(rule Rule) Decision {
-	return Decision{
+	d := Decision{
 		Allowed:    o.Granted > 0,
 		Limit:      rule.Limit,
 		Remaining:  o.Remaining,
 		ResetAt:    time.UnixMicro(o.ResetAt),
 		RetryAfter: time.Duration(o.RetryAfter) * time.Microsecond,
 	}
+	if o.Granted > 0 && o.WindowEnd != 0 {
+		d.WindowEnd = time.UnixMicro(o.WindowEnd)
+	}
+	return d
 }
 
 // Grant converts a lease outcome taken at now (Unix µs) to a Grant.

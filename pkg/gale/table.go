@@ -29,13 +29,21 @@ type entry struct {
 	// credits are leased units not yet served. Invariant: credits >= 0.
 	credits int64
 	// expires is the local instant the credits die (window coupling); the
-	// zero time when they never do.
+	// zero time when they never do. Invariant: expires is zero or equals
+	// until.
 	expires time.Time
 	// windowEnd is the store window (store clock) the newest credits came
 	// from, and fromWindow how many credits came from it: what may be
-	// returned there.
+	// returned there. until is that window's end on the local clock (zero
+	// for the strategies without windows).
 	windowEnd  time.Time
 	fromWindow int64
+	until      time.Time
+	// used is how many units this node served from windowEnd's credits
+	// while that window was in place, less what refunds and negative hits
+	// gave back: the most a give-back may restore. Invariant: used >= 0,
+	// and used = 0 once until has passed.
+	used int64
 	// remote and reset are the store's Remaining and ResetAt (converted to
 	// the local clock) at the last lease, for the decisions served locally.
 	remote int64
@@ -85,9 +93,15 @@ func (t *table) shard(key string) *tshard {
 	return &t.shards[maphash.String(t.seed, key)&t.mask]
 }
 
-// expire drops credits whose window has ended. Called with the shard locked.
+// expire ends what belongs to a store window that has ended: the count of
+// units served from it, and, window-coupled, its credits. Called with the
+// shard locked.
 func (sh *tshard) expire(e *entry, now time.Time) {
-	if e.credits > 0 && !e.expires.IsZero() && !now.Before(e.expires) {
+	if e.until.IsZero() || now.Before(e.until) {
+		return
+	}
+	e.used = 0
+	if e.credits > 0 && !e.expires.IsZero() {
 		sh.stranded += e.credits
 		e.credits, e.fromWindow = 0, 0
 	}
@@ -139,7 +153,7 @@ func (t *table) getOrCreate(l *Limiter, sh *tshard, key string, now time.Time) *
 func returnable(sh *tshard, e *entry, now time.Time) (returned, bool) {
 	sh.expire(e, now)
 	n := min(e.credits, e.fromWindow)
-	e.credits, e.fromWindow = 0, 0
+	e.credits, e.fromWindow, e.used = 0, 0, 0
 	if n <= 0 {
 		return returned{}, false
 	}

@@ -12,7 +12,7 @@ import (
 // depends on a node's index — so two states that differ by a permutation of
 // their nodes reach the same admissions by the same steps up to renaming.
 // Explore keeps one representative of each class, the canonical state whose
-// Credits are sorted ascending; the counts it reports are of these classes.
+// Nodes are sorted ascending; the counts it reports are of these classes.
 // Traces undo the renaming: they name real nodes.
 type Space struct {
 	cfg    Config
@@ -29,7 +29,7 @@ type explored struct {
 	// parents ends at 0 along a shortest path.
 	parent int
 	// step is the transition from parent, with Node the index of the node
-	// in the parent's canonical (sorted) credits.
+	// in the parent's canonical (sorted) nodes.
 	step Step
 }
 
@@ -57,19 +57,24 @@ func Explore(c Config) (*Space, error) {
 				continue // a self-loop: it reaches nothing new
 			}
 			sp.edges++
-			slices.Sort(t.After.Credits)
+			slices.SortFunc(t.After.Nodes, Node.compare)
 			add(t.After, i, t.Step)
 		}
 	}
 	return sp, nil
 }
 
-// key encodes a canonical state; Validate keeps every field in a byte.
+// key encodes a canonical state; Validate keeps every field in a byte (the
+// two window counts offset, as give-backs can take them below zero).
 func key(s State) string {
-	b := make([]byte, 0, 3+len(s.Credits))
-	b = append(b, byte(s.Window), byte(s.L2), byte(s.Admitted))
-	for _, c := range s.Credits {
-		b = append(b, byte(c))
+	b := make([]byte, 0, 4+7*len(s.Nodes))
+	b = append(b, byte(s.Window), byte(s.L2), byte(s.Admitted+128), byte(s.Consumed+128))
+	for _, n := range s.Nodes {
+		fresh := byte(0)
+		if n.Fresh {
+			fresh = 1
+		}
+		b = append(b, byte(n.Credits), byte(n.From), fresh, byte(n.Used), byte(n.Pending), byte(n.Held), byte(n.Negs))
 	}
 	return string(b)
 }
@@ -84,7 +89,7 @@ func (sp *Space) States() int { return len(sp.states) }
 // (which change nothing) excluded.
 func (sp *Space) Transitions() int { return sp.edges }
 
-// MaxAdmitted is the most admissions any window reaches in any run.
+// MaxAdmitted is the most net admissions any window reaches in any run.
 func (sp *Space) MaxAdmitted() int { return sp.most }
 
 // State returns the i-th canonical state, 0 ≤ i < States(), in BFS order.
@@ -92,7 +97,7 @@ func (sp *Space) State(i int) State { return sp.states[i].state.clone() }
 
 // Find returns a shortest trace to a state violating invariant, and false
 // when every reachable state satisfies it. invariant must not depend on the
-// order of Credits (it sees canonical states).
+// order of Nodes (it sees canonical states).
 func (sp *Space) Find(invariant func(State) bool) (Trace, bool) {
 	for i := range sp.states { // BFS order: the first found is a nearest one
 		if !invariant(sp.states[i].state) {
@@ -105,8 +110,8 @@ func (sp *Space) Find(invariant func(State) bool) (Trace, bool) {
 // Trace returns the shortest path from the initial state to the i-th state,
 // with real node indices: at each step the canonical position the search
 // recorded is mapped to the node of the concrete run that holds that
-// position's credits (ties go to the lower index), so that the path is one
-// concrete run. Its last state equals State(i) up to the order of Credits.
+// position's state (ties go to the lower index), so that the path is one
+// concrete run. Its last state equals State(i) up to the order of Nodes.
 func (sp *Space) Trace(i int) Trace {
 	var path []Step
 	for ; sp.states[i].parent >= 0; i = sp.states[i].parent {
@@ -115,21 +120,24 @@ func (sp *Space) Trace(i int) Trace {
 	slices.Reverse(path)
 	tr := Trace{Initial: sp.cfg.Initial()}
 	cur := tr.Initial
-	n := sp.cfg.Nodes
+	order := make([]int, sp.cfg.Nodes) // real nodes ranked as the canonical state sorts them
 	for _, st := range path {
-		next := sp.cfg.Next(cur) // one transition per node in index order, then the roll
-		var t Transition
-		if st.Kind == Roll {
-			t = next[n]
-		} else {
-			order := make([]int, n) // nodes ranked as the canonical state sorts them
-			for k := range order {
-				order[k] = k
-			}
-			slices.SortStableFunc(order, func(a, b int) int { return cur.Credits[a] - cur.Credits[b] })
-			t = next[order[st.Node]]
+		for k := range order {
+			order[k] = k
 		}
-		if t.Step.Kind != st.Kind || t.Step.Granted != st.Granted {
+		slices.SortStableFunc(order, func(a, b int) int { return cur.Nodes[a].compare(cur.Nodes[b]) })
+		want := st
+		if want.Kind != Roll {
+			want.Node = order[st.Node]
+		}
+		var t *Transition
+		for _, n := range sp.cfg.Next(cur) {
+			if n.Step == want {
+				t = &n
+				break
+			}
+		}
+		if t == nil {
 			panic("model: trace does not replay") // the symmetry argument is broken
 		}
 		tr.Steps = append(tr.Steps, TraceStep{t.Step, t.After})

@@ -11,9 +11,17 @@
 // leasing (and that this is reached), Limit for window-coupled leasing — and
 // replay the explored paths on real gale.Limiters.
 //
-// The model is written to be read beside the seed's prose: each transition in
-// Next carries the sentence it implements. Time is not modelled beyond the
-// window index; there is no clock, no goroutine and no I/O here.
+// Beyond the seed's check loop it explores every other path by which the
+// limiter moves credits, as pkg/gale performs them: refunds of units a
+// request took and another limit then denied (arriving at any later point,
+// across window boundaries included), negative hits, returns of credits to
+// L2 (idle return, eviction, reload, shutdown), and the low-water background
+// refill.
+//
+// The model is written to be read beside the seed's prose and the code: each
+// transition in Next carries the sentence or the function it implements.
+// Time is not modelled beyond the window index; there is no clock, no
+// goroutine and no I/O here.
 package model
 
 import (
@@ -23,9 +31,9 @@ import (
 	"strings"
 )
 
-// Config is the protocol instance to explore. All fields are required except
-// the two flags; Validate says what is accepted. A Config is a small value:
-// pass it by value.
+// Config is the protocol instance to explore. Nodes, Limit, Batch and
+// Windows are required; the rest switch on transitions. Validate says what
+// is accepted. A Config is a small value: pass it by value.
 type Config struct {
 	// Nodes is N, the number of nodes sharing the limit. 1..16.
 	Nodes int
@@ -41,10 +49,52 @@ type Config struct {
 	// DetachedLease lets a lease land as a step of its own, with the credit
 	// it was taken for served later, at any point of the interleaving. It
 	// models a lease that is not consumed by the check that asked for it — a
-	// LowWater background refill, or a lease in flight while the window rolls.
+	// lease in flight while the window rolls whose check gave up.
 	// The seed's check loop (and its Limit + N·(Batch−1) bound) has it false.
 	DetachedLease bool
+	// LowWater, when > 0, is the limiter's background refill
+	// (gale.LeaseConfig.LowWater): a check that leaves a node at LowWater
+	// credits or fewer starts a lease, which lands later as a step of its
+	// own (Refill). 0..Batch−1.
+	LowWater int
+	// Refunds, when > 0, lets each node take units for requests that another
+	// limit then denies, and refund them later (Take, then Refund, with any
+	// steps between, rolls included): at most this many awaiting their
+	// refund per node at once. 0..3.
+	Refunds int
+	// NegativeHits lets each node apply up to this many negative hits of one
+	// unit per window (is_negative_hits, gale.Limiter.GiveBack). Clients may
+	// send any number; the bound keeps the space finite (each hit can lower
+	// a window's net admissions by one). 0..3.
+	NegativeHits int
+	// Returns lets a node give its credits back to L2 and forget the key:
+	// an idle return, an eviction from a full L1, a reload that retires the
+	// rule, or shutdown (gale's returnable, drain and Close).
+	Returns bool
+
+	// mutation replaces a transition with the code as it was before a fix,
+	// so that tests can show the model finds the hole on its own.
+	mutation mutation
 }
+
+// mutation names pre-fix behaviours of the code (tests only).
+type mutation uint8
+
+const (
+	// refundIntoCurrentCredits: a refund went into whatever credits the
+	// node held when it arrived, whatever window had granted the unit.
+	refundIntoCurrentCredits mutation = 1 << iota
+	// unboundedNegativeHits: a negative hit added its units to the node's
+	// credits, whether or not the node had served them.
+	unboundedNegativeHits
+	// fullBatchRefill: a low-water refill asked for a whole batch whatever
+	// the node still held.
+	fullBatchRefill
+	// carryCoupledCredits: window-coupled credits survived the roll.
+	carryCoupledCredits
+	// twoLeases: a node could start a lease with a refill in flight.
+	twoLeases
+)
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("model: invalid config")
@@ -61,36 +111,131 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: batch %d outside 1..limit %d", ErrInvalidConfig, c.Batch, c.Limit)
 	case c.Windows < 1 || c.Windows > 16:
 		return fmt.Errorf("%w: windows %d outside 1..16", ErrInvalidConfig, c.Windows)
+	case c.LowWater < 0 || c.LowWater > 0 && c.LowWater >= c.Batch:
+		return fmt.Errorf("%w: low water %d outside 0..batch−1", ErrInvalidConfig, c.LowWater)
+	case c.Refunds < 0 || c.Refunds > 3:
+		return fmt.Errorf("%w: refunds %d outside 0..3", ErrInvalidConfig, c.Refunds)
+	case c.NegativeHits < 0 || c.NegativeHits > 3:
+		return fmt.Errorf("%w: negative hits %d outside 0..3", ErrInvalidConfig, c.NegativeHits)
 	}
 	return nil
 }
 
-// UncoupledBound is the seed's tight bound for uncoupled leasing:
-// Limit + N·(Batch−1) admissions per window.
-func (c Config) UncoupledBound() int { return c.Limit + c.Nodes*(c.Batch-1) }
+// UncoupledBound is the tight bound for uncoupled leasing: Limit +
+// N·(Batch−1) net admissions per window, and Limit + N·Batch with a low-water
+// refill (which tops a node up to a batch and so lets it carry a whole one).
+func (c Config) UncoupledBound() int {
+	if c.LowWater > 0 {
+		return c.Limit + c.Nodes*c.Batch
+	}
+	return c.Limit + c.Nodes*(c.Batch-1)
+}
+
+// tracks reports whether the model follows which window a node's credits
+// came from and what it served from them: only the give-back paths need it,
+// and leaving it out otherwise keeps the seed's state counts.
+func (c Config) tracks() bool { return c.Refunds > 0 || c.NegativeHits > 0 || c.Returns }
 
 // State is one global state of the protocol.
 //
-// Invariants: 0 ≤ Window < Windows; 0 ≤ L2 ≤ Limit; 0 ≤ Credits[i] ≤ Batch.
+// Invariants: 0 ≤ Window < Windows; 0 ≤ L2 ≤ Limit; Consumed ≥ 0 under the
+// code's semantics (TestGiveBacksNeverExceedConsumption).
 type State struct {
 	// Window is the index of the current window, from 0.
 	Window int
 	// L2 is what the shared counter can still grant in the current window.
 	L2 int
-	// Admitted counts the admissions of the current window, fleet-wide.
+	// Admitted is the current window's net admissions, fleet-wide: checks
+	// admitted, less the units negative hits gave back (the quantity the
+	// store counts in strict mode, and the one the bounds are about).
 	Admitted int
-	// Credits are the nodes' local (L1) credits. In the explorer's canonical
-	// states they are sorted ascending (see Explore).
-	Credits []int
+	// Consumed is what the current window's checks took (admitted or held
+	// for a refund) less what refunds and negative hits gave back, fleet-
+	// wide. A give-back that restores more than was consumed makes it
+	// negative. Zero when the config does not track give-backs.
+	Consumed int
+	// Nodes are the nodes' local (L1) states. In the explorer's canonical
+	// states they are sorted (see Explore).
+	Nodes []Node
+}
+
+// Node is one node's L1 state for the key.
+type Node struct {
+	// Credits are leased units not yet served.
+	Credits int
+	// From is how many credits came from the current window's leases: what
+	// a return may give back (gale's fromWindow). Tracked with give-backs.
+	From int
+	// Fresh is true when the node's credits were granted in the current
+	// window (gale's entry.windowEnd is the window in place). Tracked with
+	// give-backs.
+	Fresh bool
+	// Used is how many units the node served from the current window's
+	// credits, less what it gave back (gale's entry.used). Tracked with
+	// give-backs.
+	Used int
+	// Pending is the size a low-water refill in flight asked for; 0 when
+	// none is.
+	Pending int
+	// Held is how many units the node took, in the current window from its
+	// credits, for requests whose refund is still to come. Units taken from
+	// an older window's credits are not counted: their refund gives nothing
+	// back.
+	Held int
+	// Negs is how many negative hits the node applied in this window.
+	Negs int
+}
+
+func (n Node) compare(m Node) int {
+	b := func(x bool) int {
+		if x {
+			return 1
+		}
+		return 0
+	}
+	for _, d := range [...]int{n.Credits - m.Credits, n.From - m.From, b(n.Fresh) - b(m.Fresh), n.Used - m.Used, n.Pending - m.Pending, n.Held - m.Held, n.Negs - m.Negs} {
+		if d != 0 {
+			return d
+		}
+	}
+	return 0
 }
 
 func (s State) clone() State {
-	s.Credits = slices.Clone(s.Credits)
+	s.Nodes = slices.Clone(s.Nodes)
 	return s
 }
 
+// Credits returns every node's credits, in node order.
+func (s State) Credits() []int {
+	out := make([]int, len(s.Nodes))
+	for i, n := range s.Nodes {
+		out[i] = n.Credits
+	}
+	return out
+}
+
 func (s State) String() string {
-	return fmt.Sprintf("window %d  L2 %d  admitted %d  credits %v", s.Window, s.L2, s.Admitted, s.Credits)
+	str := fmt.Sprintf("window %d  L2 %d  admitted %d  credits %v", s.Window, s.L2, s.Admitted, s.Credits())
+	detail := false
+	for _, n := range s.Nodes {
+		detail = detail || n != Node{Credits: n.Credits}
+	}
+	if detail || s.Consumed != 0 {
+		var b strings.Builder
+		for i, n := range s.Nodes {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fresh := "old"
+			if n.Fresh {
+				fresh = "new"
+			}
+			fmt.Fprintf(&b, "{%s from %d used %d held %d refill %d}", fresh, n.From, n.Used, n.Held, n.Pending)
+		}
+		str += fmt.Sprintf("  consumed %d  %s", s.Consumed, b.String())
+	}
+	return str
 }
 
 // StepKind names a transition.
@@ -110,10 +255,25 @@ const (
 	Lease
 	// Roll ends the current window and starts the next.
 	Roll
+	// Take is a check served from local credits for a request another limit
+	// denies: the unit awaits its refund (Config.Refunds).
+	Take
+	// LeaseTake is LeaseServe for such a request.
+	LeaseTake
+	// Refund gives back one unit a Take took.
+	Refund
+	// Negative is a negative hit of one unit (Config.NegativeHits).
+	Negative
+	// Refill is a low-water refill landing (Config.LowWater).
+	Refill
+	// Return gives a node's credits back to L2 and forgets the key
+	// (Config.Returns).
+	Return
 )
 
 // Step is one transition: its kind, the node it happens on (unused by Roll),
-// and the credits L2 granted (LeaseServe and Lease).
+// and the credits L2 granted (LeaseServe, LeaseTake, Lease and Refill) or
+// took back (Return).
 type Step struct {
 	Kind    StepKind
 	Node    int
@@ -132,6 +292,18 @@ func (s Step) String() string {
 		return fmt.Sprintf("node %d leases %d (detached)", s.Node, s.Granted)
 	case Roll:
 		return "the window rolls"
+	case Take:
+		return fmt.Sprintf("node %d takes one for a denied request", s.Node)
+	case LeaseTake:
+		return fmt.Sprintf("node %d leases %d, takes one for a denied request", s.Node, s.Granted)
+	case Refund:
+		return fmt.Sprintf("node %d refunds a taken unit", s.Node)
+	case Negative:
+		return fmt.Sprintf("node %d applies a negative hit", s.Node)
+	case Refill:
+		return fmt.Sprintf("node %d's refill lands %d", s.Node, s.Granted)
+	case Return:
+		return fmt.Sprintf("node %d returns %d to L2", s.Node, s.Granted)
 	}
 	return fmt.Sprintf("Step(%d)", s.Kind)
 }
@@ -145,101 +317,5 @@ type Transition struct {
 // Initial is the state before anything happens: window 0, a full L2, no
 // credits anywhere.
 func (c Config) Initial() State {
-	return State{L2: c.Limit, Credits: make([]int, c.Nodes)}
-}
-
-// Next returns every transition enabled in s, nodes in index order, then the
-// roll. Deny steps are included although they change nothing, so that a
-// replay can check denials too; the explorer ignores them. s is not modified.
-//
-// Each case quotes the sentence of seed 04 ("The lease lifecycle") it
-// implements. Requests have cost 1, so "credits ≥ cost" is credits ≥ 1.
-func (c Config) Next(s State) []Transition {
-	var out []Transition
-	for i, cr := range s.Credits {
-		switch {
-		// "1. Serve locally — if (credits ≥ cost) { credits -= cost; return
-		// allow }. A local hit, no network."
-		case cr >= 1:
-			t := s.clone()
-			t.Credits[i]--
-			t.Admitted++
-			out = append(out, Transition{Step{Kind: Serve, Node: i}, t})
-
-		// "2. Lease on shortage — when credits < cost, atomically lease
-		// max(leaseSize, cost) from L2; on success, add the grant to local
-		// credits and retry." L2 grants what remains up to the batch (a
-		// partial grant), and the retry serves the check from the grant.
-		// "3. Coalesce concurrent misses" is why a node has at most one
-		// lease at a time: the check is one step.
-		case s.L2 >= 1 && !c.DetachedLease:
-			g := min(c.Batch, s.L2)
-			t := s.clone()
-			t.L2 -= g
-			t.Credits[i] += g - 1
-			t.Admitted++
-			out = append(out, Transition{Step{Kind: LeaseServe, Node: i, Granted: g}, t})
-
-		// Detached variant: the lease lands without the check that asked
-		// for it being served; a Serve step spends the credits later.
-		case s.L2 >= 1 && c.DetachedLease:
-			g := min(c.Batch, s.L2)
-			t := s.clone()
-			t.L2 -= g
-			t.Credits[i] += g
-			out = append(out, Transition{Step{Kind: Lease, Node: i, Granted: g}, t})
-
-		// "4. Surface global exhaustion — when L2 is globally out of budget
-		// and nothing remains locally, the node returns L2's denial."
-		default:
-			out = append(out, Transition{Step{Kind: Deny, Node: i}, s.clone()})
-		}
-	}
-	// "L2 resets to Limit each window, but each node may still hold up to
-	// Batch − 1 unconsumed local credits from the prior window's last lease"
-	// (uncoupled). "When the L2 window that granted a key's credits rolls
-	// (now ≥ lastDecision.resetAt), the local credits expire instead of
-	// carrying over" (coupled). The exploration stops at the last window.
-	if s.Window+1 < c.Windows {
-		t := s.clone()
-		t.Window++
-		t.L2 = c.Limit
-		t.Admitted = 0
-		if c.Coupled {
-			clear(t.Credits)
-		}
-		out = append(out, Transition{Step{Kind: Roll}, t})
-	}
-	return out
-}
-
-// TraceStep is one step of a Trace and the (concrete, unsorted) state after it.
-type TraceStep struct {
-	Step  Step
-	After State
-}
-
-// Trace is a path of transitions from Initial, with real node indices: a
-// replay of it on N nodes is a valid run of the protocol.
-type Trace struct {
-	Initial State
-	Steps   []TraceStep
-}
-
-// Last is the state the trace ends in.
-func (t Trace) Last() State {
-	if len(t.Steps) == 0 {
-		return t.Initial
-	}
-	return t.Steps[len(t.Steps)-1].After
-}
-
-// String renders the trace one step a line, each with the state after it.
-func (t Trace) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-36s %v\n", "initial", t.Initial)
-	for _, s := range t.Steps {
-		fmt.Fprintf(&b, "%-36s %v\n", s.Step, s.After)
-	}
-	return b.String()
+	return State{L2: c.Limit, Nodes: make([]Node, c.Nodes)}
 }

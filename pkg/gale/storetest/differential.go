@@ -204,5 +204,6 @@ func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
 // compared as instants).
 func SameDecision(a, b gale.Decision) bool {
 	return a.Allowed == b.Allowed && a.Limit == b.Limit && a.Remaining == b.Remaining &&
-		a.ResetAt.Equal(b.ResetAt) && a.RetryAfter == b.RetryAfter && a.Fallback == b.Fallback
+		a.ResetAt.Equal(b.ResetAt) && a.RetryAfter == b.RetryAfter && a.Fallback == b.Fallback &&
+		a.WindowEnd.Equal(b.WindowEnd)
 }
