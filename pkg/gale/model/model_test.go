@@ -237,6 +237,10 @@ func TestValidate(t *testing.T) {
 		{Nodes: 2, Limit: 4, Batch: 5, Windows: 2},
 		{Nodes: 2, Limit: 4, Batch: 0, Windows: 2},
 		{Nodes: 2, Limit: 4, Batch: 2, Windows: 0},
+		{Nodes: 2, Limit: 4, Batch: 2, Windows: 2, LowWater: 2},
+		{Nodes: 2, Limit: 4, Batch: 2, Windows: 2, LowWater: -1},
+		{Nodes: 2, Limit: 4, Batch: 2, Windows: 2, Refunds: 4},
+		{Nodes: 2, Limit: 4, Batch: 2, Windows: 2, NegativeHits: 4},
 	} {
 		if _, err := Explore(c); err == nil {
 			t.Errorf("Explore(%+v) accepted an invalid config", c)

@@ -175,6 +175,11 @@ func (c Config) consume(t *State, i int, admit bool) {
 	n := &t.Nodes[i]
 	n.Credits--
 	if c.tracks() {
+		// A return gives back min(Credits, From) (returnable). Once From is
+		// at least Credits it stays so (grants and give-backs raise both
+		// alike), so capping it there changes no behaviour and keeps a
+		// take-and-refund cycle from growing it without end.
+		n.From = min(n.From, n.Credits)
 		t.Consumed++
 		if n.Fresh {
 			n.Used++
@@ -231,6 +236,7 @@ func (c Config) oldGiveBack(t *State, i int, negative bool) {
 		return
 	}
 	n.Credits++
+	n.Used = max(n.Used-1, 0) // unused by the old code; kept bounded so the space stays finite
 	t.Consumed--
 	if negative {
 		t.Admitted--
