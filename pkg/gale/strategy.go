@@ -53,6 +53,7 @@ const usPerDay = int64(24 * time.Hour / time.Microsecond)
 // added to it, so no compiler can fuse a multiply-add (which Lua never does);
 // a new a + b*c must be written a + float64(b*c).
 func (r Rule) Take(s State, now, min, max int64) (State, Outcome) {
+	now = r.clock(s, now)
 	v := r.view(s, now)
 	avail := v.available(r, now)
 	if avail < min {
@@ -86,7 +87,7 @@ func (r Rule) Give(s State, now, n, windowEnd int64) (State, bool) {
 	if n <= 0 {
 		return s, false
 	}
-	v := r.view(s, now)
+	v := r.view(s, r.clock(s, now))
 	if r.Windowed() && (windowEnd != v.we || v.cur == 0) {
 		return s, false
 	}
@@ -96,6 +97,20 @@ func (r Rule) Give(s State, now, n, windowEnd int64) (State, bool) {
 		return s, false
 	}
 	return v.state(r), true
+}
+
+// clock is the instant a windowed state is read at: now, or the start of
+// the window the state counts when now is earlier. A check stamped in window
+// W can reach the store after W+1 began (it waited in a queue; its node's
+// clock runs behind); read at its stamp, W+1's state would look stale and W
+// would start afresh over it, erasing W+1's count. It is counted in the
+// newest window instead. Stores on Redis's clock (ServerTime) never see
+// time go back; the memory store and Redis on callers' clocks do.
+func (r Rule) clock(s State, now int64) int64 {
+	if r.Windowed() && now < s.Window {
+		return s.Window
+	}
+	return now
 }
 
 // view is a state brought up to date at an instant.

@@ -29,7 +29,8 @@ var lastInstant = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 // their states share fields); costs up to above capacity; checks, leases and
 // returns (of live, stale and made-up windows, of -1 to credits+1 units);
 // clock steps onto window boundaries, retry and reset instants and a
-// microsecond either side, and jumps across months and years.
+// microsecond either side, and jumps across months and years; stale stamps
+// (up to a period behind the clock) on windowed rules.
 func randomRule(rng *rand.Rand) gale.Rule {
 	limits := []int64{1, 2, 3, 5, 10, 100, 1000, 1_000_000, gale.MaxLimit}
 	periods := []time.Duration{us, 7 * us, ms, time.Second, 59 * time.Second, time.Hour, 24 * time.Hour, 30 * 24 * time.Hour, 400 * 24 * time.Hour, gale.MaxPeriod}
@@ -96,7 +97,8 @@ func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
 	}
 	var leases []held
 	var last gale.Decision // the latest answer, for jumps to its retry and reset instants
-	now := Timeline()
+	start := Timeline()
+	now := start
 	var log []string
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -143,12 +145,21 @@ func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
 			now = next
 		}
 		now = now.Truncate(us).UTC()
+		// A stale stamp, now and then: an operation stamped up to a period
+		// before the clock, as a request that waited in a queue or a node
+		// whose clock runs behind sends it. The clock does not move back.
+		at := now
+		if r.Windowed() && rng.IntN(10) == 0 {
+			if back := now.Add(-time.Duration(rng.Int64N(int64(span(r)) + 1))).Truncate(us); back.After(start) {
+				at = back
+			}
+		}
 		cost := randomCost(rng, r)
 		switch op := rng.IntN(10); {
 		case op < 5:
-			log = append(log, fmt.Sprintf("\n  %d %v check %d %v cost %d", i, now.Format(time.RFC3339Nano), k, r, cost))
-			a, errA := ref.Check(ctx, key, r, cost, now)
-			b, errB := sut.Check(ctx, key, r, cost, now)
+			log = append(log, fmt.Sprintf("\n  %d %v check %d %v cost %d", i, at.Format(time.RFC3339Nano), k, r, cost))
+			a, errA := ref.Check(ctx, key, r, cost, at)
+			b, errB := sut.Check(ctx, key, r, cost, at)
 			if errA != nil || errB != nil {
 				fail("errors: ref %v, sut %v", errA, errB)
 			}
@@ -158,9 +169,9 @@ func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
 			last = a
 		case op < 8:
 			max := min(cost+rng.Int64N(2*r.Capacity()+1), gale.MaxLimit)
-			log = append(log, fmt.Sprintf("\n  %d %v lease %d %v %d..%d", i, now.Format(time.RFC3339Nano), k, r, cost, max))
-			a, errA := ref.Lease(ctx, key, r, cost, max, now)
-			b, errB := sut.Lease(ctx, key, r, cost, max, now)
+			log = append(log, fmt.Sprintf("\n  %d %v lease %d %v %d..%d", i, at.Format(time.RFC3339Nano), k, r, cost, max))
+			a, errA := ref.Lease(ctx, key, r, cost, max, at)
+			b, errB := sut.Lease(ctx, key, r, cost, max, at)
 			if errA != nil || errB != nil {
 				fail("errors: ref %v, sut %v", errA, errB)
 			}
@@ -187,9 +198,9 @@ func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
 				}
 			}
 			key = keys[h.key].name
-			log = append(log, fmt.Sprintf("\n  %d %v return %d %v %d of window %v", i, now.Format(time.RFC3339Nano), h.key, h.rule, h.credits, h.end))
-			errA := ref.Return(ctx, key, h.rule, h.credits, h.end, now)
-			errB := sut.Return(ctx, key, h.rule, h.credits, h.end, now)
+			log = append(log, fmt.Sprintf("\n  %d %v return %d %v %d of window %v", i, at.Format(time.RFC3339Nano), h.key, h.rule, h.credits, h.end))
+			errA := ref.Return(ctx, key, h.rule, h.credits, h.end, at)
+			errB := sut.Return(ctx, key, h.rule, h.credits, h.end, at)
 			if errA != nil || errB != nil {
 				fail("errors: ref %v, sut %v", errA, errB)
 			}

@@ -42,6 +42,15 @@ if ALG == 4 then
   end
 end
 
+-- Rule.clock: a stale stamp is read in the newest window the state counts.
+-- The reply's now stays NOW, the caller's instant.
+local function clock(s)
+  if WINDOWED and NOW < s.w then
+    return s.w
+  end
+  return NOW
+end
+
 -- Rule.view
 local function view(s, now)
   local v = { ws = 0, we = 0, cur = 0, prev = 0, tat = 0, tokens = 0, last = 0, at = now }
@@ -242,10 +251,12 @@ end
 -- {granted, remaining, resetAt, retryAfter, windowEnd, now} (µs); a denial
 -- writes nothing.
 local function take(min, max)
-  local v = view(load_state(), NOW)
-  local avail = available(v, NOW)
+  local s = load_state()
+  local t = clock(s)
+  local v = view(s, t)
+  local avail = available(v, t)
   if avail < min then
-    return { 0, avail, reset_at(v), retry_at(v, NOW, min) - NOW, window_end(v), NOW }
+    return { 0, avail, reset_at(v), retry_at(v, t, min) - t, window_end(v), NOW }
   end
   local g = max
   if avail < g then
@@ -253,7 +264,7 @@ local function take(min, max)
   end
   take_units(v, g)
   save(state_of(v), expire_at(v))
-  return { g, available(v, NOW), reset_at(v), 0, window_end(v), NOW }
+  return { g, available(v, t), reset_at(v), 0, window_end(v), NOW }
 end
 
 -- Rule.Give against the stored state: 1 when it changed the state (and wrote
@@ -266,7 +277,7 @@ local function give(n, window_end_at)
   if s.x == 0 then
     return 0 -- none, or expired: the memory store has no state to give to
   end
-  local v = view(s, NOW)
+  local v = view(s, clock(s))
   if WINDOWED and (window_end_at ~= v.we or v.cur == 0) then
     return 0
   end
