@@ -149,6 +149,7 @@ func TestErrorsMapToGRPCCodes(t *testing.T) {
 		want codes.Code
 	}{
 		{"no domain", rlReq("", "k", "v"), codes.InvalidArgument},
+		{"1 MiB domain", rlReq(strings.Repeat("d", 1<<20), "k", "v"), codes.InvalidArgument},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument},
 		{"empty key", rlReq("edge", "", "v"), codes.InvalidArgument},
 		{"5000 descriptors", many, codes.InvalidArgument},

@@ -80,11 +80,14 @@ type LeaseConfig struct {
 	// Uncoupled lets credits outlive the store window that granted them. The
 	// default (false) expires them at that window's end, which bounds the
 	// admissions of any fleet to Limit per window; uncoupled, the bound is
-	// Limit + N·(Batch−1) for N nodes.
+	// Limit + N·(Batch−1) for N nodes (Limit + N·Batch with LowWater).
 	Uncoupled bool
 	// LowWater, when > 0, starts a background lease once a key's credits fall
-	// to it, so checks rarely wait on the store; a node may then hold up to
-	// LowWater + Batch credits.
+	// to it, so checks rarely wait on the store. Window-coupled, the refill
+	// asks a whole batch (the credits it joins die with their window);
+	// where credits carry over (Uncoupled, or a rule without windows) it
+	// asks only what tops the key up to Batch, so a node never holds more
+	// than Batch credits and uncoupled leasing keeps Limit + N·Batch.
 	LowWater int64
 	// ReturnIdleAfter, when > 0, returns a key's credits to the store once the
 	// key has had no check for this long, so other nodes can use them.
