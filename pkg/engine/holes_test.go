@@ -72,22 +72,6 @@ func (s *holdStore) hold() (release func()) {
 	}
 }
 
-// waitUntil waits for cond with a deadline, polling on a short ticker, and
-// reports whether it came true.
-func waitUntil(cond func() bool) bool {
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			return false
-		case <-tick.C:
-		}
-	}
-	return true
-}
-
 // redisStore returns a store on a new redis-server, and that server.
 func redisStore(t *testing.T, opts redisstore.Options) (*redisstore.Store, *testenv.Redis) {
 	t.Helper()
@@ -191,7 +175,7 @@ func TestRefundAfterTheBoundaryStaysInItsWindow(t *testing.T) {
 		}
 		held <- resp
 	}()
-	if !waitUntil(func() bool { return s.arrived.Load() == 2 }) {
+	if !testenv.Eventually(func() bool { return s.arrived.Load() == 2 }) {
 		release()
 		t.Fatal("t's check never reached the store")
 	}
@@ -316,7 +300,7 @@ func TestRefundsAcrossBoundariesFleet(t *testing.T) {
 			}
 		}
 		passed.Wait()
-		if !waitUntil(func() bool { return s.arrived.Load() == btSent.Load() }) {
+		if !testenv.Eventually(func() bool { return s.arrived.Load() == btSent.Load() }) {
 			t.Fatalf("%d {b, t} requests sent, %d t checks arrived", btSent.Load(), s.arrived.Load())
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/clock"
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
@@ -208,7 +209,7 @@ func (f *mixedFleet) hold(at time.Time, perNode int, carry bool) (release func()
 			}()
 		}
 	}
-	if !waitUntil(func() bool { return f.store.arrived.Load() == want }) {
+	if !testenv.Eventually(func() bool { return f.store.arrived.Load() == want }) {
 		release()
 		f.t.Fatalf("%d t checks expected, %d arrived", want, f.store.arrived.Load())
 	}
@@ -249,7 +250,7 @@ func (f *mixedFleet) reset(rng *rand.Rand, w int, ws time.Time) {
 			// of the sweep from the 26th return them all. Each poll moves
 			// the node's clock a second, so no tick is missed.
 			c, limit := f.clocks[i], ws.Add(45*time.Second)
-			if !waitUntil(func() bool {
+			if !testenv.Eventually(func() bool {
 				if e.Snapshot()[1].Limiter.Keys == 0 { // rules: t, b
 					return true
 				}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 )
@@ -25,7 +26,7 @@ func TestAbandonedLeaseCarriesAtMostBatchMinusOne(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	first := make(chan error, 1)
 	go func() { _, err := l.Check(ctx, "k", 1, w1); first <- err }()
-	if !eventually(func() bool { return s.inflight.Load() == 1 }) {
+	if !testenv.Eventually(func() bool { return s.inflight.Load() == 1 }) {
 		t.Fatal("the lease never started")
 	}
 	cancel()
@@ -35,7 +36,7 @@ func TestAbandonedLeaseCarriesAtMostBatchMinusOne(t *testing.T) {
 	// A check stamped in window 2 waits for that lease.
 	second := make(chan gale.Decision, 1)
 	go func() { d, _ := l.Check(bg, "k", 1, w2); second <- d }()
-	if !eventually(func() bool { return l.Stats().LeasesRequested == 1 }) {
+	if !testenv.Eventually(func() bool { return l.Stats().LeasesRequested == 1 }) {
 		t.Fatal("no lease requested")
 	}
 	close(s.gate) // the lease lands: 5 credits of window 1

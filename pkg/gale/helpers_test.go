@@ -62,18 +62,3 @@ func (c *countingStore) Return(ctx context.Context, key string, r gale.Rule, n i
 	}
 	return c.Store.Return(ctx, key, r, n, end, now)
 }
-
-// eventually waits for cond with a deadline, polling on a short ticker.
-func eventually(cond func() bool) bool {
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			return false
-		case <-tick.C:
-		}
-	}
-	return true
-}

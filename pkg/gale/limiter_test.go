@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/clock"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
@@ -182,7 +183,7 @@ func TestConcurrentMissesCoalesceIntoOneLease(t *testing.T) {
 					}
 				}()
 			}
-			if !eventually(func() bool { return ready.Load() == 1000 && s.inflight.Load() == 1 }) {
+			if !testenv.Eventually(func() bool { return ready.Load() == 1000 && s.inflight.Load() == 1 }) {
 				t.Fatal("callers never queued behind a lease")
 			}
 			close(s.gate)
@@ -242,7 +243,7 @@ func TestCancelledCallerGetsContextError(t *testing.T) {
 	l := newLimiter(t, s, gale.Config{Rule: perMinute(10), Mode: gale.Leased, OnStoreError: gale.FailOpen})
 	ctx, cancel := context.WithCancel(bg)
 	go func() {
-		eventually(func() bool { return s.inflight.Load() == 1 })
+		testenv.Eventually(func() bool { return s.inflight.Load() == 1 })
 		cancel()
 	}()
 	if _, err := l.Check(ctx, "k", 1, start); !errors.Is(err, context.Canceled) {
@@ -250,7 +251,7 @@ func TestCancelledCallerGetsContextError(t *testing.T) {
 	}
 	close(s.gate)
 	// The grant still lands for the next caller.
-	if !eventually(func() bool { return l.Stats().LeasesGranted == 1 }) {
+	if !testenv.Eventually(func() bool { return l.Stats().LeasesGranted == 1 }) {
 		t.Fatal("lease never landed")
 	}
 	if d := mustCheck(t, l, "k", 1, start); !d.Allowed || s.leases.Load() != 1 {
@@ -300,7 +301,7 @@ func TestIdleCreditsReturnToTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(10 * time.Second)
-	if !eventually(func() bool { return a.Stats().CreditsReturned == 9 }) {
+	if !testenv.Eventually(func() bool { return a.Stats().CreditsReturned == 9 }) {
 		t.Fatalf("idle credits not returned: %+v", a.Stats())
 	}
 	now := clk.Now()
@@ -320,7 +321,7 @@ func TestLowWaterRefillsInTheBackground(t *testing.T) {
 	for i := 0; i < 7; i++ {
 		mustCheck(t, l, "k", 1, start) // the 7th leaves 3: a refill starts
 	}
-	if !eventually(func() bool { return l.Stats().LeasesGranted == 2 }) {
+	if !testenv.Eventually(func() bool { return l.Stats().LeasesGranted == 2 }) {
 		t.Fatalf("no background refill: %+v", l.Stats())
 	}
 	// 13 credits held: served without waiting; the refill at 3 left is in

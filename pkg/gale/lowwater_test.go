@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/storetest"
 )
@@ -53,7 +54,7 @@ func TestLowWaterUncoupledBound(t *testing.T) {
 						t.Fatalf("node %d denied in W after %d checks", i, served)
 					}
 					served++
-					if !eventually(func() bool { return settled(l) }) {
+					if !testenv.Eventually(func() bool { return settled(l) }) {
 						t.Fatalf("node %d: a lease never landed (%+v)", i, l.Stats())
 					}
 					started := l.Stats().LeasesRequested - st.LeasesRequested

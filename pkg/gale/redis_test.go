@@ -174,7 +174,7 @@ func TestRedisKilledFollowsPolicyAndRecovers(t *testing.T) {
 		}
 	}
 	srv.Restart()
-	if !eventually(func() bool {
+	if !testenv.Eventually(func() bool {
 		d, err := closed.Check(bg, "k", 1, now)
 		return err == nil && d.Allowed && !d.Fallback
 	}) {
