@@ -11,7 +11,8 @@ build:
 	$(GO) build -o bin/throttlekit ./cmd/sidecar
 
 # The test command the README gives and CI runs: formatting, vet, then every
-# test with the race detector. Tests start their own redis-server.
+# test with the race detector. Tests start their own redis-server; deploy/'s
+# run promtool (THROTTLEKIT_SKIP_PROMTOOL=1 skips them where it is absent).
 test: lint
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
@@ -25,9 +26,16 @@ vet:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
+# The alert rules alone: promtool validates deploy/alerts.yaml and the compose
+# Prometheus config, and runs the rules' unit tests (deploy/alerts_test.yaml).
+# `make test` runs the same through deploy/deploy_test.go.
+.PHONY: alerts
+alerts:
+	cd deploy && promtool check rules alerts.yaml && promtool check config prometheus.yml && promtool test rules alerts_test.yaml
+
 # Hot-path benchmarks (allocs/op included). Figures in the README come from it.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./pkg/gale/... ./pkg/engine/ ./pkg/adaptive/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./pkg/gale/... ./pkg/engine/ ./pkg/adaptive/ ./pkg/envoyrls/
 
 run: build
 	./bin/throttlekit

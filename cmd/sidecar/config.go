@@ -28,9 +28,12 @@ type serveConfig struct {
 	responseHeaders bool
 	shadow          bool
 	storeTimeout    time.Duration
-	drainTimeout    time.Duration
-	reloadDebounce  time.Duration
-	messageTimeout  time.Duration
+	// storeProbeInterval is how often the background probe asks the store
+	// whether it answers (store_up, /readyz, grpc.health.v1).
+	storeProbeInterval time.Duration
+	drainTimeout       time.Duration
+	reloadDebounce     time.Duration
+	messageTimeout     time.Duration
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveConfig, error) {
@@ -49,6 +52,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.BoolVar(&c.responseHeaders, "response-headers", false, "add RateLimit-Limit, -Remaining and -Reset headers to responses")
 	fs.BoolVar(&c.shadow, "shadow", false, "global shadow mode: count every rule, enforce none")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 50*time.Millisecond, "longest a check waits for the store before on_store_error decides")
+	fs.DurationVar(&c.storeProbeInterval, "store-probe-interval", time.Second, "how often to ask the store whether it answers (each probe waits at most --store-timeout): drives throttlekit_store_up, /readyz and grpc.health.v1")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.DurationVar(&c.messageTimeout, "extproc-message-timeout", 200*time.Millisecond, "Envoy's ext_proc message_timeout: concurrency gates' queue timeouts must stay below it")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after a policy change before reloading")
@@ -56,7 +60,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		fmt.Fprintf(stderr, "usage: throttlekit serve [flags]\n\nEvery flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n\n", envPrefix)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil { // one-line errors, durations with an example (flags.go)
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -111,6 +115,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.storeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--store-timeout %v: must be positive", c.storeTimeout))
+	}
+	if c.storeProbeInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--store-probe-interval %v: must be positive", c.storeProbeInterval))
 	}
 	if c.drainTimeout <= 0 || c.reloadDebounce < 0 {
 		errs = append(errs, errors.New("--drain-timeout must be positive and --reload-debounce not negative"))

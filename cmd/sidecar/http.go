@@ -1,8 +1,8 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -12,7 +12,8 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/envoyrls"
 )
 
-// pinger is what readiness asks of the store; nil for the memory store.
+// pinger is what readiness asks of the store: serve passes the store
+// probe's latest answer, which also drives throttlekit_store_up.
 type pinger func(ctx context.Context) error
 
 func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, ping pinger, timeout time.Duration) *http.ServeMux {
@@ -31,19 +32,20 @@ func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, pin
 			err := ping(ctx)
 			cancel()
 			if err != nil {
-				m.storeReachable.Set(0)
 				http.Error(w, "not ready: store unreachable: "+err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 		}
-		m.storeReachable.Set(1)
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /debug/policy", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(e.Policy())
+		var b bytes.Buffer
+		if err := writePolicyView(&b, e); err != nil {
+			http.Error(w, "cannot show the policy: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
+		_, _ = w.Write(b.Bytes())
 	})
 	mux.Handle("/json", envoyrls.JSONHandler(rls))
 	return mux

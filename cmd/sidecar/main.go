@@ -1,7 +1,10 @@
 // Command throttlekit is the rate-limit sidecar that runs beside Envoy.
 //
-//	throttlekit serve [flags]      serve Envoy's RateLimitService (the default)
+//	throttlekit serve [flags]      serve Envoy's RateLimitService and ext_proc (the default)
 //	throttlekit validate DIR...    check policy directories as serve would load them
+//	throttlekit simulate [flags]   compare concurrency controllers in virtual time
+//	throttlekit probe [flags]      ask a running sidecar one question and say the answer
+//	throttlekit version            print the version, the commit and the Go version
 //
 // Every serve flag has an environment twin: --grpc-addr is
 // THROTTLEKIT_GRPC_ADDR.
@@ -14,65 +17,157 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
 )
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
+// Exit codes. A probe that gets an answer of OVER_LIMIT or a gate's
+// rejection exits exitDenied, so that scripts can tell it from a failure.
+const (
+	exitOK     = 0
+	exitFailed = 1 // the command ran and failed
+	exitUsage  = 2 // the command line is wrong
+	exitDenied = 3 // probe: the sidecar said no
+)
+
+// commands are the subcommands, in the order the usage lists them.
+var commands = []struct{ name, summary string }{
+	{"serve", "answer Envoy's RateLimitService and ext_proc from a policy directory (the default command)"},
+	{"validate", "check policy directories exactly as serve would load them (throttlekit validate DIR...)"},
+	{"simulate", "compare concurrency controllers on a scenario, in virtual time"},
+	{"probe", "send one rate-limit request, or one request through a gate, and say what came back"},
+	{"version", "print the version, the commit and the Go version"},
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cmd := "serve"
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch a := args[0]; {
+		case a == "-h" || a == "-help" || a == "--help":
+			usage(stdout)
+			return exitOK
+		case a == "help" && len(args) > 1:
+			return run(ctx, []string{args[1], "--help"}, getenv, stdout, stderr)
+		case a == "help":
+			usage(stdout)
+			return exitOK
+		case a == "-version" || a == "--version":
+			cmd, args = "version", args[1:]
+		case a != "" && a[0] != '-':
+			cmd, args = a, args[1:]
+		}
+	}
+	// parsed turns a command line's error into an exit code: help is 0.
+	parsed := func(err error) (int, bool) {
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return exitOK, false
+		case err != nil:
+			fmt.Fprintf(stderr, "throttlekit %s: %v\n", cmd, err)
+			return exitUsage, false
+		}
+		return 0, true
 	}
 	switch cmd {
 	case "serve":
 		c, err := parseServe(args, getenv, stderr)
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		if err != nil {
-			fmt.Fprintln(stderr, "throttlekit serve:", err)
-			return 2
+		if code, ok := parsed(err); !ok {
+			return code
 		}
 		if err := serve(ctx, c, stderr); err != nil {
 			fmt.Fprintln(stderr, "throttlekit serve:", err)
-			return 1
+			return exitFailed
 		}
-		return 0
+		return exitOK
 	case "validate":
-		if !validate(args, stdout, stderr) {
-			return 1
+		dirs, err := parseValidate(args, stdout)
+		if code, ok := parsed(err); !ok {
+			return code
 		}
-		return 0
+		if !validate(dirs, stdout, stderr) {
+			return exitFailed
+		}
+		return exitOK
 	case "simulate":
 		c, err := parseSimulate(args, stderr)
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		if err != nil {
-			fmt.Fprintln(stderr, "throttlekit simulate:", err)
-			return 2
+		if code, ok := parsed(err); !ok {
+			return code
 		}
 		if err := simulate(c, stdout); err != nil {
 			fmt.Fprintln(stderr, "throttlekit simulate:", err)
-			return 1
+			return exitFailed
 		}
-		return 0
-	case "help", "-h", "--help":
-		usage(stdout)
-		return 0
+		return exitOK
+	case "probe":
+		c, err := parseProbe(args, stdout)
+		if code, ok := parsed(err); !ok {
+			return code
+		}
+		return probeOnce(ctx, c, stdout, stderr)
+	case "version":
+		fs := flag.NewFlagSet("version", flag.ContinueOnError)
+		fs.SetOutput(stdout)
+		fs.Usage = func() {
+			fmt.Fprintln(fs.Output(), "usage: throttlekit version\n\nPrints the module version, the VCS commit the binary was built from, and the Go version.")
+		}
+		err := parseFlags(fs, args)
+		if err == nil && fs.NArg() > 0 {
+			err = fmt.Errorf("version takes no arguments (got %q)", fs.Args())
+		}
+		if code, ok := parsed(err); !ok {
+			return code
+		}
+		printVersion(stdout, debug.ReadBuildInfo)
+		return exitOK
 	}
-	fmt.Fprintf(stderr, "throttlekit: unknown command %q\n", cmd)
+	fmt.Fprintf(stderr, "throttlekit: unknown command %q\n\n", cmd)
 	usage(stderr)
-	return 2
+	return exitUsage
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, `usage:
-  throttlekit serve [flags]      serve Envoy's RateLimitService (the default command)
-  throttlekit validate DIR...    check policy directories exactly as serve loads them
-  throttlekit simulate --scenario FILE --out DIR   compare concurrency controllers in virtual time
-  throttlekit serve -h           list serve's flags (each has a THROTTLEKIT_<NAME> twin)
-`)
+	fmt.Fprint(w, "throttlekit: a rate-limit and adaptive-concurrency sidecar for Envoy.\n\nusage: throttlekit <command> [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\n`throttlekit <command> --help` lists a command's flags. With no command the\n"+
+		"flags are serve's: `throttlekit --policy ./config` is `throttlekit serve --policy ./config`.\n")
+}
+
+// printVersion writes the module version, the commit and the Go version
+// that info (debug.ReadBuildInfo) reports.
+func printVersion(w io.Writer, info func() (*debug.BuildInfo, bool)) {
+	bi, ok := info()
+	if !ok {
+		fmt.Fprintf(w, "throttlekit version unknown (built without module information)\n%s\n", runtime.Version())
+		return
+	}
+	version := bi.Main.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	vcs := map[string]string{}
+	for _, s := range bi.Settings {
+		vcs[s.Key] = s.Value
+	}
+	commit := "commit unknown (not built from a VCS checkout, or built with -buildvcs=false)"
+	if rev := vcs["vcs.revision"]; rev != "" {
+		commit = "commit " + rev
+		var notes []string
+		if t := vcs["vcs.time"]; t != "" {
+			notes = append(notes, t)
+		}
+		if vcs["vcs.modified"] == "true" {
+			notes = append(notes, "with uncommitted changes")
+		}
+		if len(notes) > 0 {
+			commit += " (" + strings.Join(notes, ", ") + ")"
+		}
+	}
+	fmt.Fprintf(w, "throttlekit %s\n%s\n%s\n", version, commit, bi.GoVersion)
 }

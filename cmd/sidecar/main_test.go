@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -131,4 +135,174 @@ func TestSimulateCommand(t *testing.T) {
 			t.Errorf("%s not written: %v", f, err)
 		}
 	}
+}
+
+// runCLI runs the binary's entry point with args and no environment.
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errs bytes.Buffer
+	code = run(context.Background(), args, env(nil), &out, &errs)
+	return code, out.String(), errs.String()
+}
+
+// TestTopLevelUsageListsTheSubcommands: --help, -h and help print the
+// binary's own usage, listing every subcommand, not serve's flags.
+func TestTopLevelUsageListsTheSubcommands(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		code, out, errs := runCLI(args...)
+		if code != 0 {
+			t.Errorf("%v: exit %d, want 0 (stderr %q)", args, code, errs)
+		}
+		for _, cmd := range []string{"serve", "validate", "simulate", "probe", "version"} {
+			if !strings.Contains(out, "\n  "+cmd+" ") {
+				t.Errorf("%v: the usage does not list %s:\n%s", args, cmd, out)
+			}
+		}
+		if strings.Contains(out+errs, "-store-timeout") {
+			t.Errorf("%v: the top-level usage shows serve's flags:\n%s%s", args, out, errs)
+		}
+	}
+	code, _, errs := runCLI("frobnicate")
+	if code != 2 || !strings.Contains(errs, `unknown command "frobnicate"`) || !strings.Contains(errs, "\n  probe ") {
+		t.Errorf("unknown command: exit %d, stderr:\n%s", code, errs)
+	}
+}
+
+// TestEverySubcommandHasHelp: `CMD --help` and `help CMD` print CMD's usage
+// and exit 0; validate does not take --help for a directory.
+func TestEverySubcommandHasHelp(t *testing.T) {
+	for _, cmd := range []string{"serve", "validate", "simulate", "probe", "version"} {
+		for _, args := range [][]string{{cmd, "--help"}, {cmd, "-h"}, {"help", cmd}} {
+			code, out, errs := runCLI(args...)
+			if code != 0 || !strings.Contains(out+errs, "usage: throttlekit "+cmd) {
+				t.Errorf("%v: exit %d, output:\n%s%s\nwant exit 0 and \"usage: throttlekit %s\"", args, code, out, errs, cmd)
+			}
+			if strings.Contains(out+errs, "cannot read") {
+				t.Errorf("%v: took --help for a directory:\n%s", args, errs)
+			}
+		}
+	}
+}
+
+// TestDurationFlagsSayHowToWriteADuration: a duration without a unit is an
+// error that shows how to write one, on one line, without the usage.
+func TestDurationFlagsSayHowToWriteADuration(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"serve", "--store-timeout", "50"}, nil, "--store-timeout 50: missing unit; write a duration such as 50ms"},
+		{[]string{"serve", "--drain-timeout=10"}, nil, "--drain-timeout 10: missing unit; write a duration such as 10s"},
+		{[]string{"serve", "--reload-debounce", "soon"}, nil, `--reload-debounce soon: not a duration; write one such as 200ms`},
+		{[]string{"serve"}, map[string]string{"THROTTLEKIT_STORE_TIMEOUT": "50"}, `THROTTLEKIT_STORE_TIMEOUT="50": missing unit; write a duration such as 50ms`},
+		{[]string{"serve", "--bogus"}, nil, "unknown flag --bogus (`throttlekit serve --help` lists the flags)"},
+		{[]string{"probe", "--hold", "2"}, nil, "--hold 2: missing unit; write a duration such as 2s"},
+	} {
+		var out, errs bytes.Buffer
+		code := run(context.Background(), tc.args, env(tc.env), &out, &errs)
+		if code != 2 || !strings.Contains(errs.String(), tc.want) {
+			t.Errorf("%v %v: exit %d, stderr:\n%s\nwant exit 2 and %q", tc.args, tc.env, code, errs.String(), tc.want)
+		}
+		if lines := strings.Count(strings.TrimSpace(errs.String()), "\n") + 1; lines > 1 {
+			t.Errorf("%v: %d lines on stderr, want the one error (no usage):\n%s", tc.args, lines, errs.String())
+		}
+	}
+}
+
+// TestVersionCommand: version prints the module version, the commit and
+// the Go version from the build information.
+func TestVersionCommand(t *testing.T) {
+	code, out, errs := runCLI("version")
+	if code != 0 || !strings.Contains(out, runtime.Version()) {
+		t.Fatalf("version: exit %d, stdout %q, stderr %q; want exit 0 and %s", code, out, errs, runtime.Version())
+	}
+	if code, out2, _ := runCLI("--version"); code != 0 || out2 != out {
+		t.Errorf("--version: exit %d, %q; want what version prints", code, out2)
+	}
+	var b bytes.Buffer
+	printVersion(&b, func() (*debug.BuildInfo, bool) {
+		return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/throttlekit/throttlekit", Version: "v0.4.1"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abf7aaf0123456789"}, {Key: "vcs.time", Value: "2026-11-20T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}, true
+	})
+	want := "throttlekit v0.4.1\ncommit abf7aaf0123456789 (2026-11-20T10:00:00Z, with uncommitted changes)\ngo1.26.8\n"
+	if b.String() != want {
+		t.Errorf("version:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	printVersion(&b, func() (*debug.BuildInfo, bool) { return nil, false })
+	if !strings.Contains(b.String(), "unknown") || !strings.Contains(b.String(), runtime.Version()) {
+		t.Errorf("no build information: %q", b.String())
+	}
+}
+
+// TestValidateRefusesAnEmptyDirectory: validate fails on a directory with
+// no policy file, and counts gates as well as domains.
+func TestValidateRefusesAnEmptyDirectory(t *testing.T) {
+	empty := t.TempDir()
+	code, out, errs := runCLI("validate", empty)
+	if code != 1 || strings.Contains(out, "OK") || !strings.Contains(errs, "no policy file") {
+		t.Errorf("empty directory: exit %d, stdout %q, stderr %q; want exit 1 and no policy file", code, out, errs)
+	}
+	gates := t.TempDir()
+	os.WriteFile(filepath.Join(gates, "g.yaml"), []byte("concurrency:\n  - name: c\n    match: {path_prefix: /c}\n"), 0o644)
+	code, out, errs = runCLI("validate", gates)
+	if code != 0 || !strings.Contains(out, gates+": OK (0 domains, 1 gate)") {
+		t.Errorf("gates only: exit %d, stdout %q, stderr %q; want OK (0 domains, 1 gate)", code, out, errs)
+	}
+}
+
+// TestValidateNamesListIndexes: errors found when the policy is compiled
+// (a gate's queue outlasting Envoy's message_timeout, a bucket that takes
+// too long to refill) name the list item they are in.
+func TestValidateNamesListIndexes(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n  - key: j\n    rate_limit: {unit: year, requests_per_unit: 1, algorithm: gcra, burst: 50}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "g.yaml"), []byte("concurrency:\n  - name: a\n    match: {path_prefix: /a}\n  - name: c\n    match: {path_prefix: /c}\n    queue: {max: 3, timeout: 300ms}\n"), 0o644)
+	code, _, errs := runCLI("validate", dir)
+	for _, want := range []string{"a.yaml:6: descriptors[1].rate_limit: burst 50", "g.yaml:4: concurrency[1].queue.timeout: queue timeout 300ms"} {
+		if code != 1 || !strings.Contains(errs, want) {
+			t.Errorf("exit %d, stderr:\n%s\nwant %q", code, errs, want)
+		}
+	}
+}
+
+// TestServeRefusesAnEmptyDirectory: serve does not start on a directory
+// with no policy file.
+func TestServeRefusesAnEmptyDirectory(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var errs lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--policy", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, env(nil), io.Discard, &errs)
+	}()
+	select {
+	case code := <-done:
+		if code != 1 || !strings.Contains(errs.String(), "no policy file") || strings.Contains(errs.String(), "previous policy") {
+			t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and no policy file", code, errs.String())
+		}
+	case <-time.After(10 * time.Second):
+		cancel()
+		<-done
+		t.Errorf("serve is still running on an empty directory after 10s:\n%s", errs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and concurrent readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -32,14 +33,17 @@ type metrics struct {
 	policyInfo     *prometheus.GaugeVec
 	grpcRequests   *prometheus.CounterVec
 	grpcLatency    *prometheus.HistogramVec
+	grpcStreams    *prometheus.HistogramVec
 	storeReachable prometheus.Gauge
 	gateRTT        *prometheus.HistogramVec
+	e              *engine.Engine // its gates get their gateRTT series at each load
 }
 
 func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 	reg := prometheus.NewRegistry()
 	m := &metrics{
 		reg: reg,
+		e:   e,
 		storeCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttlekit_store_calls_total", Help: "Calls to the counter store, by operation (check, lease, return).",
 		}, []string{"op"}),
@@ -66,8 +70,14 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 			Name: "throttlekit_grpc_request_duration_seconds", Help: "gRPC call latency, by method.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .5},
 		}, []string{"method"}),
+		// A stream lives as long as what it serves (an ext_proc stream, the
+		// upstream request): wider buckets than a unary call's.
+		grpcStreams: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "throttlekit_grpc_stream_duration_seconds", Help: "gRPC stream lifetime, by method (ext_proc: request headers to the end of the stream).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"method"}),
 		storeReachable: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "throttlekit_store_up", Help: "1 when the last readiness probe reached the store.",
+			Name: "throttlekit_store_up", Help: "1 when the last store probe (every --store-probe-interval) got an answer; always 1 with the memory store.",
 		}),
 		gateRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "throttlekit_gate_rtt_seconds", Help: "Time from request headers to response headers of requests a concurrency gate admitted, by gate and outcome (ok, error, dropped).",
@@ -75,10 +85,25 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 		}, []string{"gate", "outcome"}),
 	}
 	reg.MustRegister(m.storeCalls, m.storeErrors, m.storeLatency, m.reloads, m.lastReload, m.policyInfo,
-		m.grpcRequests, m.grpcLatency, m.storeReachable, m.gateRTT,
+		m.grpcRequests, m.grpcLatency, m.grpcStreams, m.storeReachable, m.gateRTT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&engineCollector{e: e, rs: rs})
+	// Every labelled series an alert reads exists from the start, at 0:
+	// increase() and rate() cannot see the first increment of a series
+	// that the increment creates.
+	for _, result := range []string{"success", "failure"} {
+		m.reloads.WithLabelValues(result)
+	}
 	return m
+}
+
+// storeUp records what the store probe found.
+func (m *metrics) storeUp(up bool) {
+	if up {
+		m.storeReachable.Set(1)
+	} else {
+		m.storeReachable.Set(0)
+	}
 }
 
 // observeGate records one request a gate admitted. The gate label is
@@ -100,6 +125,37 @@ func (m *metrics) policyLoaded(hash string) {
 	m.lastReload.SetToCurrentTime()
 	m.policyInfo.Reset()
 	m.policyInfo.WithLabelValues(hash).Set(1)
+	for _, g := range m.e.GateSnapshots() {
+		for _, outcome := range []string{"ok", "error", "dropped"} {
+			m.gateRTT.WithLabelValues(g.Name, outcome) // at 0 until the gate's first request
+		}
+	}
+}
+
+// serverOptions are the gRPC server's interceptors: every call is counted
+// and timed, and a panic in its handler becomes an INTERNAL error instead of
+// a crash.
+func (m *metrics) serverOptions(log func(msg string, args ...any)) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(m.unaryInterceptor(log)), grpc.ChainStreamInterceptor(m.streamInterceptor(log))}
+}
+
+// streamInterceptor is unaryInterceptor for streams (ext_proc's Process):
+// it counts each stream by method and status code, times it, and turns a
+// panic into an INTERNAL error on that stream instead of a crash.
+func (m *metrics) streamInterceptor(log func(msg string, args ...any)) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		start := time.Now()
+		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		defer func() {
+			if p := recover(); p != nil {
+				log("panic in gRPC stream handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+			m.grpcRequests.WithLabelValues(method, status.Code(err).String()).Inc()
+			m.grpcStreams.WithLabelValues(method).Observe(time.Since(start).Seconds())
+		}()
+		return handler(srv, ss)
+	}
 }
 
 // unaryInterceptor counts and times every unary gRPC call, and turns a
@@ -188,12 +244,13 @@ var (
 	descGateRejected  = prometheus.NewDesc("throttlekit_gate_rejected_total", "Requests a gate turned away, by reason (limit, queue_full, queue_timeout, cancelled).", []string{"gate", "reason"}, nil)
 	descRoundTrips    = prometheus.NewDesc("throttlekit_redis_round_trips_total", "Round trips to Redis (pipelines and single commands).", nil, nil)
 	descRedisOps      = prometheus.NewDesc("throttlekit_redis_operations_total", "Operations sent to Redis (scripts run).", nil, nil)
+	descUnknownDomain = prometheus.NewDesc("throttlekit_unknown_domain_total", "Requests for a domain no policy file defines, answered OK (at most 100 domains, then _other).", []string{"domain"}, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descValueDecisions, descLocalHits, descCachedDenials, descLeasesReq,
 		descLeasesGranted, descCreditsLeased, descStranded, descReturned, descL1Keys, descEvictions, descFallbacks, descRoundTrips, descRedisOps,
-		descFairShare, descLeaseBatch, descGateLimit, descGateInflight, descGateQueued, descGateAdmitted, descGateRejected} {
+		descFairShare, descLeaseBatch, descGateLimit, descGateInflight, descGateQueued, descGateAdmitted, descGateRejected, descUnknownDomain} {
 		ch <- d
 	}
 }
@@ -247,6 +304,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descGateRejected, g.RejectedQueueFull, g.Name, "queue_full")
 		counter(descGateRejected, g.TimedOutInQueue, g.Name, "queue_timeout")
 		counter(descGateRejected, g.Cancelled, g.Name, "cancelled")
+	}
+	for domain, n := range c.e.UnknownDomains() {
+		counter(descUnknownDomain, n, domain)
 	}
 	if c.rs != nil {
 		st := c.rs.Stats()

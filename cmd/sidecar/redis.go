@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -62,6 +63,55 @@ func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, e
 	return redis.NewClient(o), nil
 }
 
+// startupCheckTimeout bounds serve's first question to Redis. It is longer
+// than a probe's store timeout so that a TLS handshake with a distant Redis,
+// or a walk through the sentinels, still gets its answer and a
+// configuration error stops serve at start; a Redis that is down refuses the
+// connection at once.
+const startupCheckTimeout = 2 * time.Second
+
+// checkRedisAtStart asks Redis whether it answers. It returns an error only
+// when Redis refuses what raw describes (see redisConfigError): serve must
+// not start on it. Otherwise it returns the answer for the store probe: nil,
+// or why Redis is unreachable, which only makes serve not ready.
+func checkRedisAtStart(ctx context.Context, p *storeProbe, raw string) (answer, refused error) {
+	err := p.check(ctx, startupCheckTimeout)
+	if hint, ok := redisConfigError(err); ok {
+		var re redis.Error
+		errors.As(err, &re)
+		msg := strings.TrimSpace(redactErr(re, raw).Error())
+		return err, fmt.Errorf("--redis-url %s: Redis refuses it (%s): %s", Redact(raw), msg, hint)
+	}
+	return err, nil
+}
+
+// redisConfigError reports whether err is Redis refusing what --redis-url
+// asks of it — the password, the user, the database, Cluster or Sentinel
+// mode — and what to change. Only a server's reply counts: a refused or
+// timed-out connection, and replies that say Redis is busy (LOADING,
+// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, ...), are outages, not configuration
+// errors.
+func redisConfigError(err error) (hint string, ok bool) {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) {
+		return "", false
+	}
+	msg := re.Error()
+	switch {
+	case redis.IsAuthError(err):
+		return "the password, or user and password, in --redis-url is missing or wrong: redis://:PASSWORD@host or redis://USER:PASSWORD@host", true
+	case redis.IsPermissionError(err):
+		return "the --redis-url user may not run PING, EVAL and EVALSHA: grant them in its ACL", true
+	case strings.Contains(msg, "DB index is out of range"), strings.Contains(msg, "invalid DB index"):
+		return "the /N at the end of --redis-url picks a database this server does not have (its `databases` setting); /0 always exists", true
+	case strings.Contains(msg, "cluster support disabled"):
+		return "redis+cluster:// and several addr= are for a Redis Cluster and this server is a single instance: use redis://host:port/0", true
+	case strings.Contains(msg, "unknown command 'sentinel'"):
+		return "master_name= makes the host a Sentinel and this server is not one: point it at a sentinel, or drop master_name=", true
+	}
+	return "", false
+}
+
 func defaultTimeouts(dial, read, write *time.Duration, d, io time.Duration) {
 	if *dial == 0 {
 		*dial = d
@@ -96,9 +146,16 @@ func redactErr(err error, raw string) error {
 }
 
 // slogRedis routes go-redis's own log lines (dial failures and the like)
-// into the sidecar's logger, so --log-format json stays JSON.
+// into the sidecar's logger, so --log-format json stays JSON. A failed dial
+// is logged at debug level: the store probe already says, once, that Redis
+// is unreachable and why, and would otherwise repeat it every probe.
 type slogRedis struct{ log *slog.Logger }
 
 func (l slogRedis) Printf(ctx context.Context, format string, v ...any) {
-	l.log.Warn("redis client", "detail", fmt.Sprintf(format, v...))
+	msg := fmt.Sprintf(format, v...)
+	level := slog.LevelWarn
+	if strings.Contains(msg, "failed to dial") {
+		level = slog.LevelDebug
+	}
+	l.log.Log(ctx, level, "redis client", "detail", msg)
 }

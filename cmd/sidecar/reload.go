@@ -13,8 +13,9 @@ import (
 )
 
 // reloader loads the policy directory into the engine, now and whenever the
-// directory changes. A set that fails to load is logged error by error,
-// counted, and leaves the policy in use untouched.
+// directory changes. A set that fails to load (an empty one included: the
+// only file deleted, say) is logged error by error, counted, and leaves the
+// policy in use untouched.
 type reloader struct {
 	dir      string
 	engine   *engine.Engine
@@ -26,27 +27,35 @@ type reloader struct {
 
 // load reads and swaps in the directory's policy.
 func (r *reloader) load(ctx context.Context) error {
-	set, err := policy.Load(r.dir)
+	set, err := policy.Load(r.dir) // an empty set is an error: policy.ErrEmpty
 	if err == nil {
-		if set.Hash == r.engine.Policy().Hash && len(set.Domains) > 0 {
-			return nil // unchanged: keep every limiter as it is
+		if set.Hash == r.engine.Policy().Hash {
+			return nil // unchanged: keep every limiter and gate as it is
 		}
 		err = r.engine.Load(ctx, set)
 	}
 	if err != nil {
 		r.metrics.reloads.WithLabelValues("failure").Inc()
+		kept := ": keeping the previous policy"
+		if r.engine.Policy().Hash == "" {
+			kept = "" // the first load: there is no previous policy
+		}
 		var perrs policy.Errors
 		if errors.As(err, &perrs) {
 			for _, pe := range perrs {
-				r.log.Error("policy error: keeping the previous policy", "at", pe.Pos.String(), "field", pe.Field, "error", pe.Msg)
+				attrs := []any{"at", pe.Pos.String(), "field", pe.Field, "error", pe.Msg}
+				if pe.Snippet != "" {
+					attrs = append(attrs, "source", pe.Snippet)
+				}
+				r.log.Error("policy error"+kept, attrs...)
 			}
 		} else {
-			r.log.Error("policy not loaded: keeping the previous policy", "dir", r.dir, "error", err)
+			r.log.Error("policy not loaded"+kept, "dir", r.dir, "error", err)
 		}
 		return err
 	}
 	r.metrics.policyLoaded(set.Hash)
-	r.log.Info("policy loaded", "dir", r.dir, "domains", len(set.Domains), "hash", set.Hash)
+	r.log.Info("policy loaded", "dir", r.dir, "domains", len(set.Domains), "gates", len(set.Gates), "hash", set.Hash)
 	select {
 	case r.loaded <- set.Hash:
 	default:

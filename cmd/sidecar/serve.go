@@ -87,6 +87,30 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}
 	m := newMetrics(eng, rs)
 	fwd.m = m
+
+	// One background probe says whether the store answers, for
+	// throttlekit_store_up, /readyz and grpc.health.v1 alike. The
+	// concurrency gates (ext_proc) need no store: their service stays
+	// SERVING.
+	hs := health.NewServer()
+	probe := newStoreProbe(ping, c.storeTimeout, log, func(up bool) {
+		status := healthpb.HealthCheckResponse_NOT_SERVING
+		if up {
+			status = healthpb.HealthCheckResponse_SERVING
+		}
+		m.storeUp(up)
+		hs.SetServingStatus("", status)
+		hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, status)
+	})
+	if ping == nil {
+		probe.record(nil) // the memory store is this process's own: always up
+	} else {
+		answer, refused := checkRedisAtStart(ctx, probe, c.redisURL)
+		if refused != nil {
+			return refused
+		}
+		probe.record(answer)
+	}
 	rl := &reloader{dir: c.policyDir, engine: eng, metrics: m, log: log, debounce: c.reloadDebounce, loaded: make(chan string, 1)}
 	if err := rl.load(ctx); err != nil {
 		return fmt.Errorf("no valid policy in %s; fix the errors above (`throttlekit validate %s` lists them)", c.policyDir, c.policyDir)
@@ -102,16 +126,13 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("--http-addr %s: %w", c.httpAddr, err)
 	}
 	rls := envoyrls.NewRateLimitServer(eng, envoyrls.Options{Headers: c.responseHeaders})
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(m.unaryInterceptor(log.Error)))
+	gs := grpc.NewServer(m.serverOptions(log.Error)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, rls)
 	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(eng, envoyrls.ProcessorOptions{Observe: m.observeGate}))
-	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	httpSrv := &http.Server{Handler: newHTTPMux(eng, rls, m, ping, c.storeTimeout), ReadHeaderTimeout: 5 * time.Second}
+	httpSrv := &http.Server{Handler: newHTTPMux(eng, rls, m, probe.ready, c.storeTimeout), ReadHeaderTimeout: 5 * time.Second}
 
 	errc := make(chan error, 3)
 	go func() { errc <- gs.Serve(grpcLis) }()
@@ -122,6 +143,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	if ping != nil {
+		go probe.run(watchCtx, c.storeProbeInterval)
+	}
 	go func() {
 		if err := rl.watch(watchCtx); err != nil {
 			log.Error("policy watcher stopped: changes will not be reloaded", "dir", c.policyDir, "error", err)

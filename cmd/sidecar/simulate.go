@@ -34,7 +34,7 @@ func parseSimulate(args []string, stderr io.Writer) (*simulateConfig, error) {
 			"DIR/NAME-summary.txt, DIR/NAME.svg and DIR/NAME.png.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil { // one-line errors, durations with an example (flags.go)
 		return nil, err
 	}
 	switch {

@@ -36,7 +36,8 @@ func BenchmarkGateAcquireReleaseParallel(b *testing.B) {
 }
 
 // BenchmarkGateReject is a request refused at the limit, by TryAcquire and
-// by Acquire without a queue.
+// by Acquire without a queue, and by Acquire followed by Limit, as ext_proc
+// does to report the limit with the 503.
 func BenchmarkGateReject(b *testing.B) {
 	g := newGate(b, GateConfig{Controller: &scripted{limit: 1}})
 	g.TryAcquire(t0)
@@ -53,6 +54,15 @@ func BenchmarkGateReject(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := g.Acquire(ctx, t0); err != ErrLimit {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("AcquireLimit", func(b *testing.B) {
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := g.Acquire(ctx, t0); err != ErrLimit || g.Limit() != 1 {
 				b.Fatal(err)
 			}
 		}

@@ -29,7 +29,7 @@ func Example() {
 	}
 	a.Release(t0.Add(20*time.Millisecond), adaptive.OK)
 	a.Release(t0.Add(30*time.Millisecond), adaptive.OK) // idempotent: no effect
-	fmt.Println("limit after a fast answer:", gate.Snapshot().Limit)
+	fmt.Println("limit after a fast answer:", gate.Limit())
 	b.Release(t0.Add(40*time.Millisecond), adaptive.Error)
 
 	s := gate.Snapshot()

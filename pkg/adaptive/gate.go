@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/clock"
@@ -65,6 +66,10 @@ type Gate struct {
 	// limit is the controller's last answer. Invariant: the controller's
 	// MinLimit ≤ limit ≤ its MaxLimit, and limit ≥ 1.
 	limit int
+	// limitNow mirrors limit for Limit, which reads it without the lock; it
+	// is written only with mu held. Invariant: limitNow == limit whenever mu
+	// is not held.
+	limitNow atomic.Int64
 	// inflight counts admitted, unreleased requests. Invariant: 0 ≤ inflight;
 	// inflight only grows by admission, and admission requires inflight <
 	// limit, so inflight ≤ limit except after a decrease, while it drains.
@@ -101,7 +106,7 @@ func NewGate(c GateConfig) (*Gate, error) {
 	if c.StatsWindow == 0 {
 		c.StatsWindow = DefaultStatsWindow
 	}
-	return &Gate{
+	g := &Gate{
 		name:          c.Name,
 		ctrl:          c.Controller,
 		maxQueue:      c.MaxQueue,
@@ -111,11 +116,19 @@ func NewGate(c GateConfig) (*Gate, error) {
 		onLimitChange: c.OnLimitChange,
 		limit:         max(1, c.Controller.Limit()),
 		stats:         newStatsRing(c.StatsWindow),
-	}, nil
+	}
+	g.limitNow.Store(int64(g.limit))
+	return g, nil
 }
 
 // Name returns the gate's name.
 func (g *Gate) Name() string { return g.name }
+
+// Limit returns the limit in force. It takes no lock and allocates nothing,
+// so a rejection can report the limit at no cost when the gate is busiest
+// (Snapshot copies and sorts the statistics window). A concurrent Release
+// may change the limit just after Limit reads it.
+func (g *Gate) Limit() int { return int(g.limitNow.Load()) }
 
 // TryAcquire admits a request at now if fewer than the limit are in flight.
 // It never waits, never queues, and a rejection allocates nothing.
@@ -245,6 +258,7 @@ func (g *Gate) setLimitLocked(l int) {
 		g.n.adjustedDown++
 	}
 	g.limit = l
+	g.limitNow.Store(int64(l))
 }
 
 // admitLocked takes a slot for a request admitted at now. The caller has

@@ -169,6 +169,8 @@ func checkGate(t *testing.T, step int, g *Gate, ctrl *dial, before core, live []
 		t.Fatalf("step %d: limit %d outside [%d, %d]", step, now.limit, ctrl.min, ctrl.max)
 	case now.inflight < 0:
 		t.Fatalf("step %d: inflight %d", step, now.inflight)
+	case g.Limit() != now.limit || s.Limit != now.limit:
+		t.Fatalf("step %d: Limit() %d, Snapshot().Limit %d, limit %d", step, g.Limit(), s.Limit, now.limit)
 	case now.queued > 0 && now.inflight < now.limit:
 		t.Fatalf("step %d: %d queued with a free slot (%d/%d)", step, now.queued, now.inflight, now.limit)
 	case now.inflight > now.limit && (now.inflight > before.inflight || now.allowed > before.allowed):

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -94,7 +95,7 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 						r.fair, err = e.newFairRule(r, pd.Fairness, hereKeys)
 					}
 					if err != nil {
-						errs = append(errs, &policy.Error{Pos: l.Pos, Field: "rate_limit", Msg: err.Error()})
+						errs = append(errs, &policy.Error{Pos: l.Pos, Field: cmp.Or(l.Field, "rate_limit"), Msg: err.Error()})
 						continue
 					}
 					if names[r.ref] {
@@ -107,7 +108,7 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 							r.limiter = lim
 							delete(old, r.identity)
 						} else if r.limiter, err = gale.New(e.store, e.limiterConfig(r, pd)); err != nil {
-							errs = append(errs, &policy.Error{Pos: l.Pos, Field: "rate_limit", Msg: err.Error()})
+							errs = append(errs, &policy.Error{Pos: l.Pos, Field: cmp.Or(l.Field, "rate_limit"), Msg: err.Error()})
 							continue
 						} else {
 							created = append(created, r.limiter)

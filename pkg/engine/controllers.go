@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"hash/fnv"
 	"math/rand/v2"
@@ -25,7 +26,7 @@ func newController(spec *policy.Gate) (adaptive.Controller, policy.Errors) {
 	}
 	var pe *adaptive.ParamError
 	if errors.As(err, &pe) {
-		return nil, policy.Errors{{Pos: spec.Params[pe.Param].Pos, Field: "concurrency.params." + pe.Param, Msg: pe.Msg}}
+		return nil, policy.Errors{{Pos: spec.Params[pe.Param].Pos, Field: cmp.Or(spec.Field, "concurrency") + ".params." + pe.Param, Msg: pe.Msg}}
 	}
-	return nil, policy.Errors{{Pos: spec.Pos, Field: "concurrency", Msg: err.Error()}}
+	return nil, policy.Errors{{Pos: spec.Pos, Field: cmp.Or(spec.Field, "concurrency"), Msg: err.Error()}}
 }

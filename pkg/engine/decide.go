@@ -28,6 +28,15 @@ type hit struct {
 func (h *hit) shadow() bool { return h.r != nil && h.r.shadow }
 func (h *hit) quota() bool  { return h.r != nil && h.r.quota && !h.r.shadow }
 
+// capacity is the most h's limit admits at once: a status never reports
+// more remaining.
+func (h *hit) capacity() int64 {
+	if h.r != nil {
+		return h.r.galeRule.Capacity()
+	}
+	return h.ov.Capacity()
+}
+
 // Decide answers req at now (stamped once by the caller). It returns an
 // error wrapping ErrInvalidRequest for a malformed request, and the store's
 // error (wrapping gale.ErrStore) when a limit whose policy is "error" cannot
@@ -36,11 +45,16 @@ func (e *Engine) Decide(ctx context.Context, req *Request, now time.Time) (*Resp
 	if err := validate(req); err != nil {
 		return nil, err
 	}
+	c := e.cur.Load()
+	if c.domains[req.Domain] == nil {
+		e.noteUnknownDomain(req.Domain, now)
+	}
 	for attempt := 0; ; attempt++ {
-		resp, err := e.decide(ctx, e.cur.Load(), req, now)
+		resp, err := e.decide(ctx, c, req, now)
 		// A reload retired a limiter while this request used it: answer
 		// again from the policy now in place.
 		if errors.Is(err, gale.ErrClosed) && attempt < 3 {
+			c = e.cur.Load()
 			continue
 		}
 		return resp, err
@@ -207,12 +221,16 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 		h.status = Status{Code: CodeOK, Remaining: math.MaxUint32}
 		return nil
 	case (h.r != nil && h.r.blocked) || (h.r == nil && h.ov.Limit == 0):
-		h.over = true
-		period := h.ov.Period
+		// Nothing is counted: the reset reported is the end of the unit's
+		// window, on Unix time as every counted limit's window is
+		// (time.Truncate would align it on Go's zero time instead).
+		window := h.ov
 		if h.r != nil {
-			period = h.r.info.Unit.Duration() * time.Duration(h.r.info.UnitMultiplier)
+			window = gale.Rule{Algorithm: gale.FixedWindow, Period: h.r.info.Unit.Duration() * time.Duration(h.r.info.UnitMultiplier)}
 		}
-		h.status = Status{Code: CodeOverLimit, Limit: &info, UntilReset: now.Truncate(period).Add(period).Sub(now)}
+		_, end := window.WindowBounds(now.UnixMicro())
+		h.over = true
+		h.status = Status{Code: CodeOverLimit, Limit: &info, UntilReset: time.UnixMicro(end).Sub(now)}
 		return nil
 	case req.Descriptors[h.desc].Negative:
 		h.status = Status{Code: CodeOK, Limit: &info}
@@ -241,7 +259,11 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 	if h.over {
 		h.status.Remaining = 0 // as envoyproxy/ratelimit reports an exhausted limit
 		if !h.shadow() {
-			h.status.Code = CodeOverLimit
+			// A denial says when the same request fits (Envoy's
+			// X-RateLimit-Reset), not when the whole limit is back: for a
+			// sliding window, GCRA or a bucket that is sooner, or later
+			// than the current window's end.
+			h.status.Code, h.status.UntilReset = CodeOverLimit, d.RetryAfter
 		}
 	}
 	return nil
@@ -286,7 +308,7 @@ func (e *Engine) refund(ctx context.Context, hits []hit, now time.Time) {
 			e.log.Warn("refund failed: the request's other limits keep its units until their window ends", "err", err)
 			continue
 		}
-		h.status.Remaining = clampUint32(int64(h.status.Remaining) + h.cost)
+		h.status.Remaining = clampUint32(min(int64(h.status.Remaining)+h.cost, h.capacity()))
 	}
 }
 
@@ -315,10 +337,14 @@ func (e *Engine) statuses(req *Request, hits []hit, resp *Response) {
 	}
 }
 
-// closer reports whether a is nearer its limit than b.
+// closer reports whether a is nearer its limit than b. Of two OVER_LIMIT
+// statuses, the one that fits later is: a request retried then fits both.
 func closer(a, b *Status) bool {
 	if (a.Code == CodeOverLimit) != (b.Code == CodeOverLimit) {
 		return a.Code == CodeOverLimit
+	}
+	if a.Code == CodeOverLimit {
+		return a.UntilReset > b.UntilReset
 	}
 	return a.Remaining < b.Remaining
 }

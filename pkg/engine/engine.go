@@ -53,6 +53,7 @@ type Engine struct {
 
 	statsMu sync.Mutex
 	stats   map[RuleRef]*ruleStats // survive reloads, so counters never go back
+	unknown unknownDomains
 }
 
 // New returns an Engine with an empty policy: every request is OK until Load.

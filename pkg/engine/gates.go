@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -85,7 +86,7 @@ func (e *Engine) compileGates(set *policy.Set, prev *compiled, build bool) ([]*g
 			g.auth = strings.Split(spec.Match.Authority, "*")
 		}
 		if spec.Queue.Max > 0 && spec.Queue.Timeout >= timeout {
-			errs = append(errs, &policy.Error{Pos: spec.Pos, Field: "concurrency.queue.timeout", Msg: fmt.Sprintf(
+			errs = append(errs, &policy.Error{Pos: spec.Pos, Field: cmp.Or(spec.Field, "concurrency") + ".queue.timeout", Msg: fmt.Sprintf(
 				"queue timeout %v would outlast Envoy's ext_proc message_timeout (%v): lower it, or raise message_timeout in Envoy and --extproc-message-timeout here", spec.Queue.Timeout, timeout)})
 			continue
 		}
@@ -104,7 +105,7 @@ func (e *Engine) compileGates(set *policy.Set, prev *compiled, build bool) ([]*g
 				Name: spec.Name, Controller: ctl, MaxQueue: spec.Queue.Max, QueueTimeout: spec.Queue.Timeout, LIFO: spec.Queue.LIFO, Clock: e.opts.Clock,
 			})
 			if err != nil {
-				errs = append(errs, &policy.Error{Pos: spec.Pos, Field: "concurrency", Msg: err.Error()})
+				errs = append(errs, &policy.Error{Pos: spec.Pos, Field: cmp.Or(spec.Field, "concurrency"), Msg: err.Error()})
 				continue
 			}
 			g.gate = gate

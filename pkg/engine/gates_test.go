@@ -30,10 +30,10 @@ func loadDir(t *testing.T, files map[string]string) *policy.Set {
 func TestGateErrorsNameTheParameter(t *testing.T) {
 	e, _ := engine.New(engine.Options{Store: memstore.New()})
 	for _, tc := range []struct{ src, field, want string }{
-		{"concurrency:\n  - name: g\n    match: {path_prefix: /}\n    params: {tolerance: lots}\n", "concurrency.params.tolerance", `must be a number, not "lots"`},
-		{"concurrency:\n  - name: g\n    match: {path_prefix: /}\n    params: {speed: 3}\n", "concurrency.params.speed", "gradient2 has no parameter \"speed\"; its parameters are min_utilization, recalibration_interval"},
-		{"concurrency:\n  - name: g\n    match: {path_prefix: /}\n    controller: p95\n", "concurrency", "Target 0s: set it to the latency to hold"},
-		{"concurrency:\n  - name: g\n    match: {path_prefix: /}\n    queue: {max: 10, timeout: 300ms}\n", "concurrency.queue.timeout", "message_timeout"},
+		{"concurrency:\n  - name: g\n    match: {path_prefix: /}\n    params: {tolerance: lots}\n", "concurrency[0].params.tolerance", `must be a number, not "lots"`},
+		{"concurrency:\n  - name: g\n    match: {path_prefix: /}\n    params: {speed: 3}\n", "concurrency[0].params.speed", "gradient2 has no parameter \"speed\"; its parameters are min_utilization, recalibration_interval"},
+		{"concurrency:\n  - name: g\n    match: {path_prefix: /}\n    controller: p95\n", "concurrency[0]", "Target 0s: set it to the latency to hold"},
+		{"concurrency:\n  - name: g\n    match: {path_prefix: /}\n    queue: {max: 10, timeout: 300ms}\n", "concurrency[0].queue.timeout", "message_timeout"},
 	} {
 		err := e.Check(loadDir(t, map[string]string{"g.yaml": tc.src}))
 		var perrs policy.Errors

@@ -87,7 +87,10 @@ type Status struct {
 	// Remaining is what that limit could still admit (MaxUint32 for an
 	// unlimited rule).
 	Remaining uint32
-	// UntilReset is the time until that limit is fully available again.
+	// UntilReset is, for an OVER_LIMIT status, the time until the same
+	// request would fit, when nothing else is taken meanwhile (a limit of 0:
+	// the end of its unit's window); otherwise the time until that limit is
+	// fully available again.
 	UntilReset time.Duration
 }
 
@@ -99,9 +102,9 @@ type Response struct {
 	// Statuses has one entry per request descriptor, in order.
 	Statuses []Status
 	// HeaderStatus is the index of the status closest to its limit (an
-	// over-limit one first, then the least remaining), for the RateLimit-*
-	// response headers; -1 when no counted limit applied (none, or only
-	// unlimited ones).
+	// over-limit one first, the one that fits latest, then the least
+	// remaining), for the RateLimit-* response headers; -1 when no counted
+	// limit applied (none, or only unlimited ones).
 	HeaderStatus int
 	// QuotaMode is true when a quota-mode limit applied; QuotaViolations
 	// lists the descriptors over a quota-mode limit.

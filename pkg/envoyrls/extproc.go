@@ -30,6 +30,10 @@ const (
 // gates each HTTP request through the adaptive concurrency gate its headers
 // select. Envoy must send request and response headers (processing_mode
 // request_header_mode and response_header_mode SEND) and no bodies.
+//
+// Process does not recover panics: the gRPC server's stream interceptor
+// does, answering the stream INTERNAL (cmd/sidecar), and a slot the stream
+// holds is released as dropped on the way out.
 type ProcessorServer struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	gates   GateChooser
@@ -144,7 +148,9 @@ func continueRequest() *extprocv3.ProcessingResponse {
 
 // reject answers a request the gate turned away, as Envoy's adaptive
 // concurrency filter does: an error status (503 by default) with retry-after
-// and the gate's name and limit.
+// and the gate's name and limit. It reads only the limit (Gate.Limit, not
+// Snapshot): rejections come when the backend is overloaded, and must cost
+// no more than admissions.
 func reject(c engine.GateChoice) *extprocv3.ProcessingResponse {
 	set := func(k, v string) *corev3.HeaderValueOption {
 		return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
@@ -155,7 +161,7 @@ func reject(c engine.GateChoice) *extprocv3.ProcessingResponse {
 		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 			set("retry-after", strconv.FormatInt(retry, 10)),
 			set(HeaderGate, c.Name),
-			set(HeaderGateLimit, strconv.Itoa(c.Gate.Snapshot().Limit)),
+			set(HeaderGateLimit, strconv.Itoa(c.Gate.Limit())),
 		}},
 		Body:    []byte("concurrency limit reached: " + c.Name + "\n"),
 		Details: "throttlekit_concurrency_limit",

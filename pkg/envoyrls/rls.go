@@ -7,7 +7,9 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -77,22 +79,45 @@ func (s *RateLimitServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLi
 	return Response(resp, s.headers), nil
 }
 
-// GRPCError maps an engine error to a gRPC status.
+// GRPCError maps an engine error to a gRPC status. The status message is
+// the error's text on one line (see oneLine): errors.Join puts a newline
+// between its parts, and Envoy logs the message as one line.
 func GRPCError(err error) error {
+	code := codes.Internal
 	// A store failure wraps the store's own error, often a timeout: it is
 	// checked first, so it reaches Envoy as UNAVAILABLE (failure_mode_deny
 	// decides), not as the caller's own deadline.
 	switch {
 	case errors.Is(err, engine.ErrInvalidRequest):
-		return status.Error(codes.InvalidArgument, err.Error())
+		code = codes.InvalidArgument
 	case errors.Is(err, gale.ErrStore):
-		return status.Error(codes.Unavailable, err.Error())
+		code = codes.Unavailable
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		code = codes.DeadlineExceeded
 	}
-	return status.Error(codes.Internal, err.Error())
+	return status.Error(code, oneLine(err.Error()))
+}
+
+// oneLine returns msg with its lines joined by "; ", blank lines and the
+// spaces around each line dropped; a message of one line is returned as it
+// is.
+func oneLine(msg string) string {
+	if !strings.ContainsAny(msg, "\r\n") {
+		return msg
+	}
+	var b strings.Builder
+	for line := range strings.FieldsFuncSeq(msg, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }
 
 var unitFromProto = map[rlsv3.RateLimitResponse_RateLimit_Unit]policy.Unit{
@@ -118,7 +143,7 @@ var unitToProto = func() map[policy.Unit]rlsv3.RateLimitResponse_RateLimit_Unit 
 // only refuses what has no meaning at all, like a nil descriptor.
 func Translate(req *rlsv3.RateLimitRequest) (*engine.Request, error) {
 	if req == nil {
-		return nil, errors.Join(engine.ErrInvalidRequest, errors.New("nil request"))
+		return nil, fmt.Errorf("%w: nil request", engine.ErrInvalidRequest)
 	}
 	out := &engine.Request{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
 	if n := len(req.GetDescriptors()); n > engine.MaxDescriptors {
@@ -129,7 +154,7 @@ func Translate(req *rlsv3.RateLimitRequest) (*engine.Request, error) {
 	out.Descriptors = make([]engine.Descriptor, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		if d == nil {
-			return nil, errors.Join(engine.ErrInvalidRequest, errors.New("descriptor "+strconv.Itoa(i)+" is null"))
+			return nil, fmt.Errorf("%w: descriptor %d is null", engine.ErrInvalidRequest, i)
 		}
 		ed := &out.Descriptors[i]
 		ed.Entries = make([]engine.Entry, len(d.GetEntries()))

@@ -62,7 +62,7 @@ func newEngine(t testing.TB, store gale.Store) *engine.Engine {
 
 // listen serves on a loopback socket whatever register puts on a fresh gRPC
 // server, and returns a client connection to it; both close on cleanup.
-func listen(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
+func listen(t testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -10,11 +10,16 @@ type Decision struct {
 	// Limit is the rule's Limit.
 	Limit int64
 	// Remaining is how many more units could be admitted now, after this
-	// decision. In leased mode it is this node's estimate: its local credits
-	// plus what the store reported remaining when it last leased.
+	// decision, at most the rule's Capacity. In leased mode it is this
+	// node's estimate: its local credits plus what the store reported
+	// remaining when it last leased, capped at the Capacity.
 	Remaining int64
-	// ResetAt is when the limit is fully available again: the window's end for
-	// the window strategies, the moment the bucket is full for the others.
+	// ResetAt is when the limit is fully available again, when nothing else
+	// is taken meanwhile: the window's end for the fixed windows and quotas,
+	// the end of the next window for a sliding window that counts units in
+	// its current one (the previous window's end when only that one
+	// counts), the moment the bucket is full for the others. In leased mode
+	// it is the store's, as of the last lease.
 	ResetAt time.Time
 	// RetryAfter is how long until a check of the same cost could be admitted,
 	// when nothing else changes; 0 when Allowed. For a cost above the rule's

@@ -21,8 +21,9 @@ type leaseCall struct {
 
 // checkLeased serves from local credits, leasing on shortage.
 //
-// The loop ends because each pass either serves, denies, fails, or waits for
-// a lease that lands credits or a remembered denial.
+// The loop ends because each pass either serves, denies, fails, waits for
+// a lease that lands credits or a remembered denial, or gives back credits
+// that cannot serve the check (the entry then holds none).
 func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
 	sh := l.l1.shard(key)
 	waited := false // counters say "local" only for checks that never waited on the store
@@ -43,7 +44,11 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 			if !waited {
 				sh.localHits++
 			}
-			d := Decision{Allowed: true, Limit: l.rule.Limit, Remaining: e.credits + e.remote, ResetAt: e.reset, WindowEnd: e.windowEnd}
+			// Credits carried from an earlier lease and the store's count
+			// at the last lease may add up to more than the rule ever
+			// admits at once (a low-water refill landing on a store that
+			// has refilled meanwhile): report at most the capacity.
+			d := Decision{Allowed: true, Limit: l.rule.Limit, Remaining: min(e.credits+e.remote, l.rule.Capacity()), ResetAt: e.reset, WindowEnd: e.windowEnd}
 			if now.After(e.reset) && l.rule.Windowed() {
 				// Uncoupled credits outlive their window: the window in
 				// place is the one to report.
@@ -58,6 +63,24 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 		}
 		need := cost - e.credits
 		if d, ok := e.denied(need, now); ok {
+			if e.credits > 0 && !l.carries() && !e.denyUntil.Before(e.until) {
+				// The store can give the rest of the need only once the
+				// window of these credits has ended, and they die with it:
+				// a retry at the denial's RetryAfter would find them gone
+				// and need the whole cost. Give them back, as an idle
+				// return would, and ask again for the whole cost, so that
+				// the RetryAfter answered is when this check fits.
+				n := min(e.credits, e.fromWindow)
+				e.credits -= n
+				e.fromWindow -= n
+				e.denyUntil = time.Time{}
+				end := e.windowEnd
+				sh.mu.Unlock()
+				waited = true
+				// A failed return only under-admits: the credits are gone.
+				_ = l.returnToStore(l.bg, key, n, end, now)
+				continue
+			}
 			if !waited {
 				sh.cachedDenials++
 			}

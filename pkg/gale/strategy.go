@@ -281,8 +281,38 @@ func (v view) windowEnd(r Rule) int64 {
 	return 0
 }
 
+// resetAt is when the whole capacity is available again, when nothing is
+// taken meanwhile: once anything is counted, the first microsecond at which
+// a check finds it all. A sliding window that counts units in its current
+// window is full again only once that window has left the last Period too:
+// at the end of the next window, up to two periods away.
 func (v view) resetAt(r Rule, now int64) int64 {
 	switch r.Algorithm {
+	case SlidingWindow:
+		if v.cur > 0 {
+			return v.we + r.periodUS()
+		}
+		return v.we
+	case TokenBucket:
+		// The fill time is rounded in floating point: correct it to the
+		// first microsecond at which the bucket reads full, as retryAt does.
+		t, c := v.expireAt(r, now), r.Capacity()
+		for i := 0; i < retryProbes && v.available(r, t) < c; i++ {
+			t++
+		}
+		for i := 0; i < retryProbes && t > now && v.available(r, t-1) >= c; i++ {
+			t--
+		}
+		return t
+	}
+	return v.expireAt(r, now)
+}
+
+// expireAt is the instant from which the state reads as the zero State.
+func (v view) expireAt(r Rule, now int64) int64 {
+	switch r.Algorithm {
+	case SlidingWindow:
+		return v.we + r.periodUS()
 	case GCRA:
 		return v.tat
 	case TokenBucket:
@@ -293,21 +323,11 @@ func (v view) resetAt(r Rule, now int64) int64 {
 	return v.we
 }
 
-func (v view) expireAt(r Rule, now int64) int64 {
-	if r.Algorithm == SlidingWindow {
-		return v.we + r.periodUS()
-	}
-	return v.resetAt(r, now)
-}
-
 // retryAt is the first instant at which need units fit, when nothing else is
 // taken meanwhile. A need above the rule's capacity never fits: it reports the
-// next full reset (for the sliding window, the end of the next window).
+// next full reset (resetAt).
 func (v view) retryAt(r Rule, now, need int64) int64 {
 	if need > r.Capacity() {
-		if r.Algorithm == SlidingWindow {
-			return v.we + r.periodUS()
-		}
 		if at := v.resetAt(r, now); at > now {
 			return at
 		}

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +54,7 @@ func (r *reader) gates(n *yaml.Node, field string) []*Gate {
 }
 
 func (r *reader) gate(m *yaml.Node, field string) *Gate {
-	g := &Gate{Controller: "gradient2", Reject: GateReject{Status: 503, RetryAfter: time.Second}, Pos: r.pos(m)}
+	g := &Gate{Controller: "gradient2", Reject: GateReject{Status: 503, RetryAfter: time.Second}, Pos: r.pos(m), Field: field}
 	var matchNode *yaml.Node
 	for _, p := range r.pairs(m, field, 0) {
 		f := join(field, p.name)
@@ -192,6 +193,10 @@ func (r *reader) duration(n *yaml.Node, field, name string) (time.Duration, bool
 		return 0, false
 	}
 	d, err := time.ParseDuration(s)
+	if _, nerr := strconv.ParseFloat(s, 64); err != nil && nerr == nil {
+		r.errorf(n, field, "%s %s has no unit: write a duration such as %sms or %ss", name, s, s, s)
+		return 0, false
+	}
 	if err != nil || d <= 0 {
 		r.errorf(n, field, "%s must be a positive Go duration such as 100ms or 2s, not %s", name, quote(s))
 		return 0, false
@@ -204,6 +209,7 @@ func (r *reader) gateQueue(n *yaml.Node, field string) GateQueue {
 	if !r.mapping(n, field, "queue", "max: 50, timeout: 100ms, order: fifo") {
 		return q
 	}
+	timeoutGiven := false
 	for _, p := range r.pairs(n, field, 0) {
 		f := join(field, p.name)
 		switch p.name {
@@ -211,6 +217,7 @@ func (r *reader) gateQueue(n *yaml.Node, field string) GateQueue {
 			v, _ := r.uint32Field(p.val, f, p.name)
 			q.Max = int(v)
 		case "timeout":
+			timeoutGiven = !isNull(p.val)
 			q.Timeout, _ = r.duration(p.val, f, p.name)
 		case "order":
 			if s, ok := r.str(p.val, f, p.name); ok {
@@ -226,7 +233,7 @@ func (r *reader) gateQueue(n *yaml.Node, field string) GateQueue {
 			r.unknownKey(p.key, field, queueLevel)
 		}
 	}
-	if q.Max > 0 && q.Timeout == 0 {
+	if q.Max > 0 && !timeoutGiven { // a timeout given but bad is reported where it is read
 		r.errorf(n, join(field, "timeout"), "a queue needs a timeout (e.g. timeout: 50ms) below Envoy's ext_proc message_timeout")
 	}
 	return q
@@ -262,7 +269,7 @@ func checkGates(gates []*Gate) Errors {
 	seen := map[string]*Gate{}
 	for _, g := range gates {
 		if first, dup := seen[g.Name]; dup {
-			errs = append(errs, &Error{Pos: g.Pos, Field: "concurrency.name", Msg: fmt.Sprintf(
+			errs = append(errs, &Error{Pos: g.Pos, Field: join(g.Field, "name"), Msg: fmt.Sprintf(
 				"gate %s is already defined at %v; gate names are unique across the policy (rename one)", quote(g.Name), first.Pos)})
 			continue
 		}

@@ -46,3 +46,29 @@ descriptors:
 	//   "api-daily": 5000 per 24h0m0s, fixed_window, burst 0
 	// bad.yaml:4: descriptors[0].rate_limit.unit: unknown unit "secnd" (want second, minute, hour, day, week, month or year)
 }
+
+func ExampleFormat() {
+	d, err := policy.Parse("edge.yaml", []byte(`
+domain: edge
+descriptors:
+  - key: remote_address
+    mode: leased
+    lease: {batch: 10, return_idle_after: 90s}
+    rate_limit: {unit: Second, requests_per_unit: 100, algorithm: gcra, burst: 20}
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	out, _ := policy.Format(d, policy.Notes{
+		Limit: func(l *policy.Limit) string { return fmt.Sprintf("%d per %v", l.RequestsPerUnit, l.Period()) },
+	})
+	fmt.Print(string(out))
+	// Output:
+	// domain: edge
+	// descriptors:
+	//   - key: remote_address
+	//     mode: leased
+	//     lease: {batch: 10, return_idle_after: 1m30s}
+	//     rate_limit: {unit: second, requests_per_unit: 100, algorithm: gcra, burst: 20} # 100 per 1s
+}

@@ -12,8 +12,8 @@ import (
 )
 
 // FuzzParse: Parse never panics; on success the domain is whole (a name,
-// keys, defaults filled); on failure every error is a located *Error of the
-// file.
+// keys, defaults filled) and Format writes it back as a file that parses to
+// the same domain; on failure every error is a located *Error of the file.
 func FuzzParse(f *testing.F) {
 	err := filepath.WalkDir("../../config", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
@@ -51,6 +51,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("domain %+v without a name", d)
 		}
 		checkTree(t, d.Descriptors, 0)
+		roundTrip(t, d)
 	})
 }
 

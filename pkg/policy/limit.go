@@ -56,7 +56,7 @@ func (r *reader) limit(n *yaml.Node, field string) *Limit {
 		r.errorf(n, field, "rate_limit must be a mapping (unit: ..., requests_per_unit: ...), not %s", describe(n))
 		return nil
 	}
-	l := &Limit{Algorithm: FixedWindow, UnitMultiplier: 1, Pos: r.pos(n)}
+	l := &Limit{Algorithm: FixedWindow, UnitMultiplier: 1, Pos: r.pos(n), Field: shorten(field)}
 	src := limitSource{limit: l, field: field}
 	var (
 		unitNode                   *yaml.Node

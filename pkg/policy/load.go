@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,11 +16,20 @@ import (
 // maxFileSize bounds one policy file; real ones are a few kilobytes.
 const maxFileSize = 8 << 20
 
+// ErrEmpty is wrapped by the error Load and LoadFiles return for a set with
+// no policy file: no domain and no gate. Such a set would admit every
+// request, so it is refused rather than loaded (envoyproxy/ratelimit can
+// report a config without domains as unhealthy, with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED). A file holding only gates is
+// not empty.
+var ErrEmpty = errors.New("policy: no policy file")
+
 // Load reads the policy in dir: every *.yaml and *.yml file directly in it
 // (not in subdirectories), one domain per file. Names starting with "." are
 // skipped, so the ..data and ..<timestamp> entries of a Kubernetes ConfigMap
 // volume are ignored while its top-level symlinks to the files are followed.
-// An empty directory is a valid, empty Set.
+// A directory with no policy file is refused with an error wrapping
+// ErrEmpty that names the entries it skipped.
 //
 // When dir cannot be read Load returns an error wrapping the os error (which
 // names the path). Otherwise every problem in every file is reported at
@@ -30,25 +40,48 @@ func Load(dir string) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: cannot read the policy directory: %w", err)
 	}
-	var files []string
+	var files, skipped []string
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || !isPolicyName(name) {
+			if !strings.HasPrefix(name, "..") { // a ConfigMap's own entries
+				skipped = append(skipped, name)
+			}
 			continue
 		}
 		path := filepath.Join(dir, name)
 		// ReadDir does not follow symlinks: Stat does. A directory named
 		// like a policy file is not one; skip it.
 		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			skipped = append(skipped, name+"/")
 			continue
 		}
 		files = append(files, path)
+	}
+	if len(files) == 0 {
+		return nil, emptyError(dir, skipped)
 	}
 	set, err := LoadFiles(files...)
 	if set != nil {
 		set.Dir = dir
 	}
 	return set, err
+}
+
+// emptyError explains a directory without policy files, naming (a few of)
+// the entries that were skipped.
+func emptyError(dir string, skipped []string) error {
+	what := "it is empty"
+	if len(skipped) > 0 {
+		const most = 5
+		names := skipped[:min(len(skipped), most)]
+		what = "skipped " + strings.Join(names, ", ")
+		if len(skipped) > most {
+			what += fmt.Sprintf(" and %d more", len(skipped)-most)
+		}
+		what += ": a policy file is a *.yaml or *.yml file directly in the directory, its name not starting with a dot"
+	}
+	return fmt.Errorf("%w in %s (%s); an empty policy would admit every request, so none is loaded: add a file with domain: <name> and descriptors, or concurrency gates", ErrEmpty, dir, what)
 }
 
 // isPolicyName reports whether a file name is a policy file's.
@@ -60,8 +93,11 @@ func isPolicyName(name string) bool {
 // domain defined in two files is an error) and Load's Hash; the Set's Dir is
 // empty. It serves tools that pick files themselves, such as a test runner
 // that keeps its expectations beside the policy. Problems are reported as
-// an Errors, every file's at once.
+// an Errors, every file's at once; no path at all is ErrEmpty.
 func LoadFiles(paths ...string) (*Set, error) {
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%w: no file given", ErrEmpty)
+	}
 	type file struct {
 		path, base string
 		data       []byte
@@ -97,6 +133,7 @@ func LoadFiles(paths ...string) (*Set, error) {
 		errs = append(errs, ferrs...)
 		if d != nil && len(ferrs) == 0 {
 			set.Gates = append(set.Gates, d.Gates...)
+			set.Files = append(set.Files, d)
 		}
 		if d == nil || d.Name == "" {
 			continue

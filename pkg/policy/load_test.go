@@ -145,13 +145,33 @@ func mustSymlink(t *testing.T, target, link string) {
 	}
 }
 
-func TestLoadEmptyDir(t *testing.T) {
-	set, err := policy.Load(t.TempDir())
-	if err != nil {
-		t.Fatalf("Load: %v", err)
+// TestLoadRefusesAnEmptySet: a directory with no policy file is an error
+// naming the directory and what was skipped, so that deleting the only file
+// (or pointing --policy at the wrong place) never loads a policy that admits
+// everything. A file holding only gates is a policy.
+func TestLoadRefusesAnEmptySet(t *testing.T) {
+	empty := t.TempDir()
+	_, err := policy.Load(empty)
+	if !errors.Is(err, policy.ErrEmpty) || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "no policy file") {
+		t.Errorf("empty directory: err = %v, want one naming %s and saying it holds no policy file", err, empty)
 	}
-	if len(set.Domains) != 0 || set.Hash == "" {
-		t.Errorf("set = %+v", set)
+
+	other := t.TempDir()
+	writeFiles(t, other, map[string]string{"edge.yaml.bak": edgeSrc, "notes.txt": "x", ".hidden.yaml": edgeSrc})
+	_, err = policy.Load(other)
+	if err == nil || !strings.Contains(err.Error(), "edge.yaml.bak") || !strings.Contains(err.Error(), ".hidden.yaml") {
+		t.Errorf("only other files: err = %v, want it to name the files it skipped", err)
+	}
+
+	if _, err := policy.LoadFiles(); !errors.Is(err, policy.ErrEmpty) {
+		t.Error("LoadFiles of no file: no error")
+	}
+
+	gates := t.TempDir()
+	writeFiles(t, gates, map[string]string{"g.yaml": "concurrency:\n  - name: c\n    match: {path_prefix: /c}\n"})
+	set, err := policy.Load(gates)
+	if err != nil || len(set.Domains) != 0 || len(set.Gates) != 1 || set.Hash == "" {
+		t.Errorf("a file of gates only: set %+v, err %v; want 0 domains, 1 gate", set, err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -51,7 +50,7 @@ func (r *reader) document(data []byte) *yaml.Node {
 		if errors.Is(err, io.EOF) {
 			r.errorf(nil, "", "no domain: the file is empty or holds only comments (start it with domain: <name>)")
 		} else {
-			r.syntaxError(err)
+			r.syntaxError(data, err)
 		}
 		return nil
 	}
@@ -61,7 +60,7 @@ func (r *reader) document(data []byte) *yaml.Node {
 		r.errorf(&next, "", "a second YAML document starts here; a policy file holds one document (one domain): move it to a file of its own")
 		return nil
 	case !errors.Is(err, io.EOF):
-		r.syntaxError(err)
+		r.syntaxError(data, err)
 		return nil
 	}
 	if len(doc.Content) == 0 {
@@ -90,25 +89,6 @@ func decode(dec *yaml.Decoder, n *yaml.Node) (err error) {
 		}
 	}()
 	return dec.Decode(n)
-}
-
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// syntaxError records a yaml.v3 parse error, with its line when it has one.
-func (r *reader) syntaxError(err error) {
-	msg := err.Error()
-	p := Pos{File: r.file}
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		p.Line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
-	}
-	hint := "check the indentation, the colons and the quoting here"
-	if strings.Contains(msg, "cannot start any token") {
-		hint = "YAML indents with spaces, never tabs; quote values that start with @ or `"
-	}
-	r.errorAt(p, "", fmt.Sprintf("invalid YAML: %s (%s)", msg, hint))
 }
 
 // domain reads the top-level mapping.

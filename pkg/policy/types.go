@@ -2,7 +2,9 @@
 // files, one domain per file, in envoyproxy/ratelimit's format (every file it
 // accepts loads here and means the same) plus throttlekit's extensions. A
 // loaded Set is validated and immutable; every error names the file, the line
-// and the field.
+// and the field (a YAML syntax error also quotes the line, with a caret under
+// the problem). A set with no file is refused (ErrEmpty). Format writes a
+// domain back in the policy's own YAML.
 package policy
 
 import (
@@ -22,6 +24,9 @@ type Set struct {
 	// Gates are every file's concurrency gates, by file name then file
 	// order: a request takes the first gate that matches. Names are unique.
 	Gates []*Gate
+	// Files are every file as read, by file name, including those that only
+	// define gates (whose Name is empty). Never empty.
+	Files []*Domain
 	// Hash identifies the contents: the SHA-256 (hex) of every file's name
 	// and bytes, in name order. Two loads of the same files give one hash.
 	Hash string
@@ -97,6 +102,9 @@ type Limit struct {
 	Replaces []string
 
 	Pos Pos // where the limit's block starts
+	// Field is the limit's YAML path, for errors found after parsing, e.g.
+	// descriptors[1].rate_limit or descriptors[0].rate_limits[2].
+	Field string
 }
 
 // Period is the limit's window: UnitMultiplier × Unit, with envoyproxy's
@@ -215,20 +223,29 @@ func (p Pos) String() string {
 
 // Error is one problem in a policy file. Its text is
 // "file:line: field: message", where field is the YAML path (e.g.
-// descriptors[2].rate_limit.unit).
+// descriptors[2].rate_limit.unit or concurrency[0].queue.timeout).
 type Error struct {
 	Pos   Pos
 	Field string
 	Msg   string
+	// Snippet, when set, quotes the line of the problem with a caret under
+	// Pos.Column, on two lines ("  6 | <line>" and "    |   ^"). Syntax
+	// errors carry one.
+	Snippet string
 }
 
 // Error is the text "file:line: field: message" ("file:line: message"
-// when the problem is not in one field).
+// when the problem is not in one field), then the snippet on lines of its
+// own when there is one.
 func (e *Error) Error() string {
+	s := fmt.Sprintf("%v: %s: %s", e.Pos, e.Field, e.Msg)
 	if e.Field == "" {
-		return fmt.Sprintf("%v: %s", e.Pos, e.Msg)
+		s = fmt.Sprintf("%v: %s", e.Pos, e.Msg)
 	}
-	return fmt.Sprintf("%v: %s: %s", e.Pos, e.Field, e.Msg)
+	if e.Snippet != "" {
+		s += "\n" + e.Snippet
+	}
+	return s
 }
 
 // Errors is every problem found while loading; Load reports them all at once.
@@ -260,6 +277,9 @@ type Gate struct {
 	Queue  GateQueue
 	Reject GateReject
 	Pos    Pos // where the gate's name is
+	// Field is the gate's YAML path, for errors found after parsing, e.g.
+	// concurrency[2].
+	Field string
 }
 
 // GateMatch selects the requests of a gate; every field given must match,

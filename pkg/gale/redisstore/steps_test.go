@@ -59,7 +59,8 @@ func walk(t *testing.T, s gale.Store, rule gale.Rule, t0 time.Time, steps []step
 			if g.Granted != st.granted || !g.Now.Equal(now) {
 				t.Fatalf("%s: granted %d at %v, want %d at %v", where, g.Granted, g.Now, st.granted, now)
 			}
-			if rule.Windowed() && !g.WindowEnd.Equal(g.Decision.ResetAt) || !rule.Windowed() && !g.WindowEnd.IsZero() {
+			_, we := rule.WindowBounds(now.UnixMicro())
+			if rule.Windowed() && !g.WindowEnd.Equal(time.UnixMicro(we)) || !rule.Windowed() && !g.WindowEnd.IsZero() {
 				t.Fatalf("%s: window end %v (reset at %v)", where, g.WindowEnd, g.Decision.ResetAt)
 			}
 			leases = append(leases, g)
@@ -117,20 +118,22 @@ func TestFixedWindowSteps(t *testing.T) {
 func TestSlidingWindowSteps(t *testing.T) {
 	st, _ := newStore(t, redisstore.Options{})
 	walk(t, st, gale.Rule{Algorithm: gale.SlidingWindow, Limit: 10, Period: time.Minute}, timeline(), []step{
-		{name: "take 10", op: "check", n: 10, allowed: true, remaining: 0, reset: time.Minute},
-		// The previous window weighs 10·60/60: 5 fit once half of it slid out.
+		// The 10 weigh in until the next window has ended too.
+		{name: "take 10", op: "check", n: 10, allowed: true, remaining: 0, reset: 2 * time.Minute},
+		// The previous window weighs 10·60/60: 5 fit once half of it slid
+		// out, all 10 once all of it has.
 		{name: "next window", advance: time.Minute, op: "check", n: 5, remaining: 0, retry: 30 * s1, reset: time.Minute},
-		{name: "half slid out", advance: 30 * s1, op: "lease", n: 1, max: 8, allowed: true, granted: 5, remaining: 0, reset: 30 * s1},
+		{name: "half slid out", advance: 30 * s1, op: "lease", n: 1, max: 8, allowed: true, granted: 5, remaining: 0, reset: 90 * s1},
 		{name: "return 2", op: "return", n: 2, lease: 0},
-		{name: "returned units fit", op: "check", n: 2, allowed: true, remaining: 0, reset: 30 * s1},
+		{name: "returned units fit", op: "check", n: 2, allowed: true, remaining: 0, reset: 90 * s1},
 		// 10·15/60 + 5 = 7.5: 2 fit now, 3 once the estimate is 7 (10·12/60 + 5), 3 s on.
-		{name: "three quarters slid out", advance: 15 * s1, op: "check", n: 3, remaining: 2, retry: 3 * s1, reset: 15 * s1},
-		{name: "one of two", op: "check", n: 1, allowed: true, remaining: 1, reset: 15 * s1},
-		{name: "cost above the limit: the end of the next window", op: "check", n: 11, remaining: 1, retry: 75 * s1, reset: 15 * s1},
+		{name: "three quarters slid out", advance: 15 * s1, op: "check", n: 3, remaining: 2, retry: 3 * s1, reset: 75 * s1},
+		{name: "one of two", op: "check", n: 1, allowed: true, remaining: 1, reset: 75 * s1},
+		{name: "cost above the limit: the end of the next window", op: "check", n: 11, remaining: 1, retry: 75 * s1, reset: 75 * s1},
 		// previous = 6, current = 0; then 6·(60−t)/60 + 4 ≤ 9 from t = 10 s.
-		{name: "the window after", advance: 15 * s1, op: "check", n: 4, allowed: true, remaining: 0, reset: time.Minute},
+		{name: "the window after", advance: 15 * s1, op: "check", n: 4, allowed: true, remaining: 0, reset: 2 * time.Minute},
 		{name: "return into an ended window", op: "return", n: 5, lease: 0},
-		{name: "changed nothing", op: "check", n: 1, remaining: 0, retry: 10 * s1, reset: time.Minute},
+		{name: "changed nothing", op: "check", n: 1, remaining: 0, retry: 10 * s1, reset: 2 * time.Minute},
 	})
 }
 

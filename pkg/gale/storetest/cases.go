@@ -32,11 +32,12 @@ var contractCases = []contractCase{
 	}},
 	{"SlidingWindow", func(h *harness) {
 		r := gale.Rule{Algorithm: gale.SlidingWindow, Limit: 10, Period: time.Minute}
-		h.expect("take 10", h.check(r, 10), want{allowed: true, remaining: 0, resetIn: time.Minute})
+		// The 10 weigh in until the next window has ended too.
+		h.expect("take 10", h.check(r, 10), want{allowed: true, remaining: 0, resetIn: 2 * time.Minute})
 		h.advance(time.Minute)
 		// previous window weighs 10·60/60 = 10: nothing left; 5 fit once half
-		// of the previous window has slid out.
-		h.expect("boundary", h.check(r, 5), want{remaining: 0, retry: 30 * time.Second})
+		// of the previous window has slid out; all 10 at its end.
+		h.expect("boundary", h.check(r, 5), want{remaining: 0, retry: 30 * time.Second, resetIn: time.Minute})
 		h.advance(30 * time.Second)
 		h.expect("half slid out", h.check(r, 5), want{allowed: true, remaining: 0})
 		h.advance(15 * time.Second)

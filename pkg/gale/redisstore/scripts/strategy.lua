@@ -181,9 +181,11 @@ local function window_end(v)
   return 0
 end
 
--- view.resetAt
-local function reset_at(v)
-  if ALG == 3 then
+-- view.expireAt
+local function expire_at(v)
+  if ALG == 2 then
+    return v.we + PERIOD
+  elseif ALG == 3 then
     return v.tat
   elseif ALG == 4 then
     local tokens, last = refilled(v)
@@ -192,21 +194,38 @@ local function reset_at(v)
   return v.we
 end
 
--- view.expireAt
-local function expire_at(v)
+-- view.resetAt: the first instant at which the whole capacity is back.
+local function reset_at(v, now)
   if ALG == 2 then
-    return v.we + PERIOD
+    if v.cur > 0 then
+      return v.we + PERIOD
+    end
+    return v.we
+  elseif ALG == 4 then
+    -- Step forward while the bucket does not read full yet, then back while
+    -- it already did a microsecond earlier.
+    local t = expire_at(v)
+    for _ = 1, RETRY_PROBES do
+      if available(v, t) >= CAP then
+        break
+      end
+      t = t + 1
+    end
+    for _ = 1, RETRY_PROBES do
+      if not (t > now and available(v, t - 1) >= CAP) then
+        break
+      end
+      t = t - 1
+    end
+    return t
   end
-  return reset_at(v)
+  return expire_at(v)
 end
 
 -- view.retryAt
 local function retry_at(v, now, need)
   if need > CAP then
-    if ALG == 2 then
-      return v.we + PERIOD
-    end
-    local at = reset_at(v)
+    local at = reset_at(v, now)
     if at > now then
       return at
     end
@@ -256,7 +275,7 @@ local function take(min, max)
   local v = view(s, t)
   local avail = available(v, t)
   if avail < min then
-    return { 0, avail, reset_at(v), retry_at(v, t, min) - t, window_end(v), NOW }
+    return { 0, avail, reset_at(v, t), retry_at(v, t, min) - t, window_end(v), NOW }
   end
   local g = max
   if avail < g then
@@ -264,7 +283,7 @@ local function take(min, max)
   end
   take_units(v, g)
   save(state_of(v), expire_at(v))
-  return { g, available(v, t), reset_at(v), 0, window_end(v), NOW }
+  return { g, available(v, t), reset_at(v, t), 0, window_end(v), NOW }
 end
 
 -- Rule.Give against the stored state: 1 when it changed the state (and wrote

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// alertsFile holds the Prometheus alert rules shipped with throttlekit.
+const alertsFile = "../../deploy/alerts.yaml"
+
+// selector is one series selector of an alert expression: a metric name and
+// its label matchers (name="value" only).
+type selector struct {
+	text   string
+	name   string
+	labels map[string]string
+}
+
+var (
+	selectorRE = regexp.MustCompile(`(throttlekit_[a-zA-Z0-9_]+)(\{[^}]*\})?`)
+	matcherRE  = regexp.MustCompile(`^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"\s*$`)
+)
+
+// alertSelectors returns every throttlekit series selector the alert
+// expressions in alertsFile read.
+func alertSelectors(t *testing.T) []selector {
+	t.Helper()
+	raw, err := os.ReadFile(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct{ Alert, Expr string }
+		}
+	}
+	if err := yaml.Unmarshal(raw, &f); err != nil {
+		t.Fatalf("%s: %v", alertsFile, err)
+	}
+	var out []selector
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			for _, m := range selectorRE.FindAllStringSubmatch(r.Expr, -1) {
+				sel := selector{text: m[0], name: m[1], labels: map[string]string{}}
+				if m[2] != "" {
+					for _, kv := range strings.Split(strings.Trim(m[2], "{}"), ",") {
+						mm := matcherRE.FindStringSubmatch(kv)
+						if mm == nil || mm[2] != "=" {
+							t.Fatalf("%s: alert %s: matcher %q: this test reads name=\"value\" only; extend it", alertsFile, r.Alert, kv)
+						}
+						sel.labels[mm[1]] = mm[3]
+					}
+				}
+				out = append(out, sel)
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s: no throttlekit series in any alert", alertsFile)
+	}
+	return out
+}
+
+// isCounter says whether a series only ever grows: its name says so.
+func isCounter(name string) bool {
+	for _, suffix := range []string{"_total", "_bucket", "_count", "_sum"} {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAlertSeriesExistAtStart: every series an alert in deploy/alerts.yaml
+// reads exists right after start — a counter at 0 — so that increase() and
+// rate() see its first change. A counter created by its first increment
+// is invisible to them: increase(x{result="failure"}[15m]) stays empty after
+// the first failed reload. And a healthy memory-store sidecar says its store
+// is up, or ThrottlekitStoreDown fires.
+func TestAlertSeriesExistAtStart(t *testing.T) {
+	sels := alertSelectors(t)
+	s := startServe(t, nil, nil) // memory store; testPolicy has one gate
+	if s.httpAddr == "" {
+		t.Fatalf("serve did not start (exit %d)", s.code)
+	}
+	series := s.scrape(t)
+	for _, sel := range sels {
+		n := 0
+		for _, m := range series {
+			if m.name != sel.name || !hasLabels(m.labels, sel.labels) {
+				continue
+			}
+			n++
+			if isCounter(m.name) && m.value != 0 {
+				t.Errorf("%s: %v = %v right after start, want 0", sel.text, m.labels, m.value)
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no series right after start: an alert reading it sees nothing until it first changes", sel.text)
+		}
+	}
+	if up := s.gauge(t, "throttlekit_store_up"); up != 1 {
+		t.Errorf("throttlekit_store_up = %v with the memory store, want 1", up)
+	}
+}
+
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/throttlekit/throttlekit/pkg/envoyrls"
+)
+
+// defaultGRPCAddr is serve's default --grpc-addr, where probe asks.
+const defaultGRPCAddr = "127.0.0.1:8081"
+
+// entry is one key=value of a descriptor.
+type entry struct{ key, value string }
+
+// probeConfig is what `throttlekit probe` is asked to send.
+type probeConfig struct {
+	addr    string
+	timeout time.Duration // for each answer
+
+	// RateLimitService: one request of descriptors.
+	domain      string
+	descriptors [][]entry
+	hits        uint32
+
+	// ext_proc: one HTTP request's headers, a hold, its response headers.
+	extproc      bool
+	method, path string
+	authority    string
+	headers      []entry
+	hold         time.Duration
+	status       int
+}
+
+func parseProbe(args []string, stdout io.Writer) (*probeConfig, error) {
+	c := &probeConfig{}
+	var descs, headers stringsFlag
+	var hits uint
+	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.StringVar(&c.addr, "addr", defaultGRPCAddr, "the sidecar's gRPC address (serve's --grpc-addr)")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for each answer")
+	fs.StringVar(&c.domain, "domain", "", "rate limit: the policy domain to ask (e.g. edge)")
+	fs.Var(&descs, "descriptor", "rate limit: one descriptor, key=value, or key=value,key2=value2 for nested entries; repeat for more descriptors")
+	fs.UintVar(&hits, "hits", 1, "rate limit: how many hits the request counts (hits_addend)")
+	fs.BoolVar(&c.extproc, "extproc", false, "send one request through the concurrency gates (ext_proc) instead")
+	fs.StringVar(&c.path, "path", "/", "ext_proc: the request's :path")
+	fs.StringVar(&c.method, "method", "GET", "ext_proc: the request's :method")
+	fs.StringVar(&c.authority, "authority", "localhost", "ext_proc: the request's :authority (Host)")
+	fs.Var(&headers, "header", "ext_proc: a request header, name=value; repeatable")
+	fs.DurationVar(&c.hold, "hold", 0, "ext_proc: how long to hold the admitted request (and its gate slot) before its response headers")
+	fs.IntVar(&c.status, "status", 200, "ext_proc: the :status of the response headers sent after --hold (5xx counts as an error)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: throttlekit probe --domain D --descriptor k=v [--descriptor k=v ...] [--hits N]
+       throttlekit probe --extproc --path /p [--hold 2s] [--header k=v ...]
+
+Asks a running throttlekit one question and says the answer in words:
+one ShouldRateLimit request of the descriptors given, or one HTTP request's
+headers through the concurrency gates (ext_proc, in Envoy's order: request
+headers, then after --hold the response headers). Hold a request open in
+one terminal and probe again in another to see a gate reject.
+
+Exits 0 when admitted, 3 on OVER_LIMIT or a gate's rejection, 1 when no
+answer came, 2 on a bad command line.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case fs.NArg() > 0:
+		return nil, fmt.Errorf("probe takes no arguments (got %q): descriptors go in --descriptor key=value", fs.Args())
+	case c.timeout <= 0:
+		return nil, errors.New("--timeout must be positive")
+	}
+	if c.extproc {
+		for _, name := range []string{"domain", "descriptor", "hits"} {
+			if given[name] {
+				return nil, errors.New("--domain and --descriptor go without --extproc: a probe asks the rate limiter or the gates, not both")
+			}
+		}
+		switch {
+		case !strings.HasPrefix(c.path, "/"):
+			return nil, fmt.Errorf("--path must start with /, e.g. --path /checkout (got %q)", c.path)
+		case c.hold < 0:
+			return nil, errors.New("--hold must not be negative")
+		case c.status < 100 || c.status > 599:
+			return nil, fmt.Errorf("--status %d: want an HTTP status, 100 to 599", c.status)
+		}
+		for _, h := range headers {
+			k, v, ok := strings.Cut(h, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("--header %q: want name=value", h)
+			}
+			c.headers = append(c.headers, entry{strings.ToLower(k), v})
+		}
+		return c, nil
+	}
+	for _, name := range []string{"path", "method", "authority", "header", "hold", "status"} {
+		if given[name] {
+			return nil, fmt.Errorf("--%s goes with --extproc (a request through the gates)", name)
+		}
+	}
+	switch {
+	case c.domain == "":
+		return nil, errors.New("--domain is required: the domain of the policy file to ask, e.g. --domain edge")
+	case len(descs) == 0:
+		return nil, errors.New("give at least one --descriptor key=value (repeat it for more descriptors; key=value,key2=value2 is one descriptor of two entries)")
+	case hits < 1:
+		return nil, errors.New("--hits must be at least 1")
+	case hits > math.MaxUint32:
+		return nil, fmt.Errorf("--hits %d: at most %d", hits, uint32(math.MaxUint32))
+	}
+	c.hits = uint32(hits)
+	for _, d := range descs {
+		es, err := parseDescriptor(d)
+		if err != nil {
+			return nil, err
+		}
+		c.descriptors = append(c.descriptors, es)
+	}
+	return c, nil
+}
+
+// parseDescriptor reads one --descriptor: key=value entries separated by
+// commas, outermost first. A key is never empty; a value may be, and may
+// hold "=" (only the first "=" of an entry separates).
+func parseDescriptor(s string) ([]entry, error) {
+	var es []entry
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--descriptor %q: want key=value (or key=value,key2=value2 for nested entries)", s)
+		}
+		es = append(es, entry{k, v})
+	}
+	return es, nil
+}
+
+// probeOnce sends what c says and prints the answer; it returns the exit
+// code.
+func probeOnce(ctx context.Context, c *probeConfig, stdout, stderr io.Writer) int {
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintf(stderr, "throttlekit probe: --addr %s: %v\n", c.addr, err)
+		return exitUsage
+	}
+	defer conn.Close()
+	if c.extproc {
+		return probeGate(ctx, c, extprocv3.NewExternalProcessorClient(conn), stdout, stderr)
+	}
+	return probeLimit(ctx, c, rlsv3.NewRateLimitServiceClient(conn), stdout, stderr)
+}
+
+// unreachable says what to do when the sidecar does not answer.
+func unreachable(c *probeConfig, err error, stderr io.Writer) int {
+	if status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded {
+		fmt.Fprintf(stderr, "throttlekit probe: cannot reach throttlekit at %s (%v); is `throttlekit serve` running there? --addr sets the address\n", c.addr, status.Convert(err).Message())
+	} else {
+		fmt.Fprintf(stderr, "throttlekit probe: %v\n", err)
+	}
+	return exitFailed
+}
+
+// probeLimit sends one ShouldRateLimit and prints each descriptor's verdict.
+func probeLimit(ctx context.Context, c *probeConfig, client rlsv3.RateLimitServiceClient, stdout, stderr io.Writer) int {
+	req := &rlsv3.RateLimitRequest{Domain: c.domain, HitsAddend: c.hits}
+	for _, d := range c.descriptors {
+		rd := &ratelimitv3.RateLimitDescriptor{}
+		for _, e := range d {
+			rd.Entries = append(rd.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.key, Value: e.value})
+		}
+		req.Descriptors = append(req.Descriptors, rd)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	resp, err := client.ShouldRateLimit(cctx, req)
+	if err != nil {
+		return unreachable(c, err, stderr)
+	}
+	lines := make([]string, len(c.descriptors))
+	for i, d := range c.descriptors {
+		var st *rlsv3.RateLimitResponse_DescriptorStatus
+		if i < len(resp.GetStatuses()) {
+			st = resp.GetStatuses()[i]
+		}
+		lines[i] = describeStatus(d, st)
+	}
+	if len(lines) == 1 {
+		fmt.Fprintln(stdout, lines[0])
+	} else {
+		fmt.Fprintln(stdout, resp.GetOverallCode())
+		for _, l := range lines {
+			fmt.Fprintln(stdout, "  "+l)
+		}
+	}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		fmt.Fprintf(stdout, "  header %s: %s\n", h.GetKey(), h.GetValue())
+	}
+	switch resp.GetOverallCode() {
+	case rlsv3.RateLimitResponse_OK:
+		return exitOK
+	case rlsv3.RateLimitResponse_OVER_LIMIT:
+		return exitDenied
+	}
+	return exitFailed
+}
+
+// describeStatus is one descriptor's verdict in words: "OVER_LIMIT:
+// descriptor path=/x, limit 5 per minute, remaining 0, resets in 51.8s".
+func describeStatus(d []entry, st *rlsv3.RateLimitResponse_DescriptorStatus) string {
+	kvs := make([]string, len(d))
+	for i, e := range d {
+		kvs[i] = e.key + "=" + e.value
+	}
+	head := "descriptor " + strings.Join(kvs, ",")
+	if st == nil {
+		return "UNKNOWN: " + head + ", no status in the answer"
+	}
+	l := st.GetCurrentLimit()
+	if l == nil {
+		return fmt.Sprintf("%s: %s, no limit applies", st.GetCode(), head)
+	}
+	unit := strings.ToLower(l.GetUnit().String())
+	per := unit
+	if m := l.GetUnitMultiplier().GetValue(); m > 1 {
+		per = fmt.Sprintf("%d %ss", m, unit)
+	}
+	name := ""
+	if l.GetName() != "" {
+		name = l.GetName() + ": "
+	}
+	return fmt.Sprintf("%s: %s, limit %s%d per %s, remaining %d, resets in %s",
+		st.GetCode(), head, name, l.GetRequestsPerUnit(), per, st.GetLimitRemaining(), resetIn(st.GetDurationUntilReset().AsDuration()))
+}
+
+// resetIn is 51.8s under a minute, 23h59m59s beyond.
+func resetIn(d time.Duration) string {
+	if d <= time.Minute {
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	}
+	return prettyDuration(d.Round(time.Second))
+}
+
+// probeGate drives one request through the gates in Envoy's order: request
+// headers; if admitted, a hold with the slot taken; then response headers,
+// which release the slot.
+func probeGate(ctx context.Context, c *probeConfig, client extprocv3.ExternalProcessorClient, stdout, stderr io.Writer) int {
+	// Ctrl-C ends a hold early: the stream is cancelled, and throttlekit
+	// releases the slot as dropped.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.Process(sctx)
+	if err != nil {
+		return unreachable(c, err, stderr)
+	}
+	// answer waits at most --timeout for the sidecar's next message.
+	var timedOut atomic.Bool
+	answer := func() (*extprocv3.ProcessingResponse, error) {
+		t := time.AfterFunc(c.timeout, func() { timedOut.Store(true); cancel() })
+		defer t.Stop()
+		resp, err := stream.Recv()
+		if err != nil && timedOut.Load() {
+			err = status.Errorf(codes.DeadlineExceeded, "no answer within --timeout %s", prettyDuration(c.timeout))
+		}
+		return resp, err
+	}
+	hdrs := []entry{{":method", c.method}, {":authority", c.authority}, {":path", c.path}, {":scheme", "http"}}
+	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(append(hdrs, c.headers...)), EndOfStream: true}}}); err != nil {
+		return unreachable(c, err, stderr)
+	}
+	resp, err := answer()
+	if err != nil {
+		return unreachable(c, err, stderr)
+	}
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		fmt.Fprintln(stdout, describeRejection(ir))
+		return exitDenied
+	}
+	if resp.GetRequestHeaders() == nil {
+		fmt.Fprintf(stderr, "throttlekit probe: an unexpected answer to the request headers: %v\n", resp)
+		return exitFailed
+	}
+	what := c.method + " " + c.path
+	if c.hold > 0 {
+		fmt.Fprintf(stdout, "admitted: %s continues; holding the request open for %s (Ctrl-C lets go early)\n", what, prettyDuration(c.hold))
+	} else {
+		fmt.Fprintf(stdout, "admitted: %s continues\n", what)
+	}
+	start := time.Now()
+	hold := time.NewTimer(c.hold)
+	defer hold.Stop()
+	select {
+	case <-hold.C:
+	case <-ctx.Done():
+		fmt.Fprintf(stderr, "throttlekit probe: interrupted after %s: the stream is cancelled and throttlekit releases the slot as dropped\n", prettyDuration(time.Since(start).Round(time.Millisecond)))
+		return exitFailed
+	}
+	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap([]entry{{":status", strconv.Itoa(c.status)}}), EndOfStream: true}}}); err != nil {
+		return unreachable(c, err, stderr)
+	}
+	if _, err := answer(); err != nil {
+		return unreachable(c, err, stderr)
+	}
+	_ = stream.CloseSend()
+	fmt.Fprintf(stdout, "released: sent response headers (:status %d) after %s\n", c.status, prettyDuration(time.Since(start).Round(time.Millisecond)))
+	return exitOK
+}
+
+func headerMap(es []entry) *corev3.HeaderMap {
+	m := &corev3.HeaderMap{}
+	for _, e := range es {
+		m.Headers = append(m.Headers, &corev3.HeaderValue{Key: e.key, RawValue: []byte(e.value)})
+	}
+	return m
+}
+
+// describeRejection is a gate's ImmediateResponse in words: "rejected by
+// gate checkout: 503, concurrency limit 4 reached (retry-after 1s)".
+func describeRejection(ir *extprocv3.ImmediateResponse) string {
+	h := map[string]string{}
+	for _, o := range ir.GetHeaders().GetSetHeaders() {
+		v := string(o.GetHeader().GetRawValue())
+		if v == "" {
+			v = o.GetHeader().GetValue()
+		}
+		h[strings.ToLower(o.GetHeader().GetKey())] = v
+	}
+	code := int(ir.GetStatus().GetCode())
+	gate, limit := h[envoyrls.HeaderGate], h[envoyrls.HeaderGateLimit]
+	if gate == "" {
+		return fmt.Sprintf("rejected: %d %s", code, strings.TrimSpace(string(ir.GetBody())))
+	}
+	s := fmt.Sprintf("rejected by gate %s: %d, concurrency limit %s reached", gate, code, limit)
+	if ra := h["retry-after"]; ra != "" {
+		s += " (retry-after " + ra + "s)"
+	}
+	return s
+}

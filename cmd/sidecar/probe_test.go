@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
+)
+
+// probePolicy has a per-path limit small enough to exhaust from a test and
+// a gate that admits one request at a time and never queues.
+const probePolicy = `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: path
+    value: /x
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: user
+    descriptors:
+      - key: path
+        rate_limit: {name: per-user-path, unit: second, unit_multiplier: 30, requests_per_unit: 2}
+concurrency:
+  - name: checkout
+    match: {path_prefix: /checkout}
+    controller: aimd
+    min_limit: 1
+    initial_limit: 1
+    max_limit: 1
+`
+
+// inProcess is `throttlekit serve` running inside the test on free
+// loopback ports.
+type inProcess struct {
+	grpcAddr, httpAddr, policyDir string
+}
+
+// startInProcess runs `throttlekit serve` on files (name → contents) until
+// it logs "serving"; Cleanup stops it and waits for it to return.
+func startInProcess(t *testing.T, files map[string]string) *inProcess {
+	t.Helper()
+	s := &inProcess{policyDir: t.TempDir()}
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(s.policyDir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"serve", "--policy", s.policyDir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--log-format", "json", "--drain-timeout", "2s"}
+	var logs lockedBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, args, env(nil), io.Discard, &logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			t.Errorf("serve still running 10s after its context ended")
+		}
+		if t.Failed() {
+			t.Logf("serve log:\n%s", logs.String())
+		}
+	})
+	served := testenv.Eventually(func() bool {
+		for _, line := range strings.Split(logs.String(), "\n") {
+			var rec struct{ Msg, GRPC, HTTP string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving" {
+				s.grpcAddr, s.httpAddr = rec.GRPC, rec.HTTP
+				return true
+			}
+		}
+		select {
+		case code := <-exited:
+			exited <- code
+			return true
+		default:
+			return false
+		}
+	})
+	if !served || s.grpcAddr == "" {
+		t.Fatalf("serve did not log \"serving\":\n%s", logs.String())
+	}
+	return s
+}
+
+// runProbe runs `throttlekit probe` with args.
+func runProbe(ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	var out, errs lockedBuffer
+	code = run(ctx, append([]string{"probe"}, args...), env(nil), &out, &errs)
+	return code, out.String(), errs.String()
+}
+
+// TestProbeSaysOverLimit: probe sends one ShouldRateLimit and says what
+// came back in words, descriptor by descriptor; OVER_LIMIT exits 3.
+func TestProbeSaysOverLimit(t *testing.T) {
+	s := startInProcess(t, map[string]string{"edge.yaml": probePolicy})
+	ctx := context.Background()
+	code, out, errs := runProbe(ctx, "--addr", s.grpcAddr, "--domain", "edge", "--descriptor", "remote_address=1.2.3.4", "--descriptor", "path=/x", "--hits", "5")
+	okLine := regexp.MustCompile(`(?m)^  OK: descriptor path=/x, limit 5 per minute, remaining 0, resets in \d+(\.\d)?s$`)
+	if code != 0 || !strings.HasPrefix(out, "OK\n") || !okLine.MatchString(out) ||
+		!strings.Contains(out, "  OK: descriptor remote_address=1.2.3.4, limit 1000 per second, remaining 995, resets in ") {
+		t.Fatalf("5 hits of 5: exit %d, stdout:\n%s\nstderr: %s", code, out, errs)
+	}
+	code, out, errs = runProbe(ctx, "--addr", s.grpcAddr, "--domain", "edge", "--descriptor", "path=/x")
+	over := regexp.MustCompile(`^OVER_LIMIT: descriptor path=/x, limit 5 per minute, remaining 0, resets in \d+(\.\d)?s\n$`)
+	if code != 3 || !over.MatchString(out) {
+		t.Fatalf("the 6th hit: exit %d, stdout:\n%s\nstderr: %s\nwant exit 3 and %s", code, out, errs, over)
+	}
+	code, out, _ = runProbe(ctx, "--addr", s.grpcAddr, "--domain", "edge", "--descriptor", "user=alice,path=/y")
+	if want := "OK: descriptor user=alice,path=/y, limit per-user-path: 2 per 30 seconds, remaining 1, resets in "; code != 0 || !strings.HasPrefix(out, want) {
+		t.Errorf("a nested descriptor: exit %d, stdout %q; want %q...", code, out, want)
+	}
+	code, out, _ = runProbe(ctx, "--addr", s.grpcAddr, "--domain", "edge", "--descriptor", "unknown=1")
+	if want := "OK: descriptor unknown=1, no limit applies\n"; code != 0 || out != want {
+		t.Errorf("no rule: exit %d, stdout %q; want %q", code, out, want)
+	}
+}
+
+// TestProbeSaysWhenAGateRejects: one probe holds the gate's only slot; a
+// second is rejected with the gate's name, status and limit; once the first
+// lets go, a probe goes through and releases its slot.
+func TestProbeSaysWhenAGateRejects(t *testing.T) {
+	s := startInProcess(t, map[string]string{"edge.yaml": probePolicy})
+	holdCtx, release := context.WithCancel(context.Background())
+	defer release()
+	var holdOut, holdErr lockedBuffer
+	held := make(chan int, 1)
+	go func() {
+		held <- run(holdCtx, []string{"probe", "--addr", s.grpcAddr, "--extproc", "--path", "/checkout", "--hold", "1m"}, env(nil), &holdOut, &holdErr)
+	}()
+	if !testenv.Eventually(func() bool { return strings.Contains(holdOut.String(), "admitted") }) {
+		t.Fatalf("the holding probe was not admitted: stdout %q, stderr %q", holdOut.String(), holdErr.String())
+	}
+	if want := "admitted: GET /checkout continues; holding the request open for 1m"; !strings.HasPrefix(holdOut.String(), want) {
+		t.Errorf("holding probe: %q, want %q...", holdOut.String(), want)
+	}
+
+	code, out, errs := runProbe(context.Background(), "--addr", s.grpcAddr, "--extproc", "--path", "/checkout/pay")
+	if want := "rejected by gate checkout: 503, concurrency limit 1 reached (retry-after 1s)\n"; code != 3 || out != want {
+		t.Fatalf("second probe: exit %d, stdout %q, stderr %q; want exit 3 and %q", code, out, errs, want)
+	}
+
+	release()
+	select {
+	case code := <-held:
+		if code != 1 || !strings.Contains(holdErr.String(), "interrupted") {
+			t.Errorf("the interrupted holder: exit %d, stderr %q", code, holdErr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holding probe did not return within 10s of its context ending")
+	}
+	var last string
+	if !testenv.Eventually(func() bool {
+		code, last, _ = runProbe(context.Background(), "--addr", s.grpcAddr, "--extproc", "--path", "/checkout", "--hold", "0s", "--status", "200")
+		return code == 0
+	}) {
+		t.Fatalf("the slot was never freed: last probe said %q", last)
+	}
+	if !strings.Contains(last, "admitted") || !strings.Contains(last, "released: sent response headers (:status 200)") {
+		t.Errorf("a probe through a free gate: %q", last)
+	}
+	code, out, _ = runProbe(context.Background(), "--addr", s.grpcAddr, "--extproc", "--path", "/elsewhere")
+	if code != 0 || !strings.HasPrefix(out, "admitted: GET /elsewhere continues") {
+		t.Errorf("a path no gate matches: exit %d, %q", code, out)
+	}
+}
+
+// TestProbeSaysWhatIsWrong: bad arguments exit 2 with one line saying what
+// to write; an address nobody answers on exits 1 and says so.
+func TestProbeSaysWhatIsWrong(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--descriptor", "path=/x"}, "--domain is required"},
+		{[]string{"--domain", "edge"}, "give at least one --descriptor"},
+		{[]string{"--domain", "edge", "--descriptor", "novalue"}, `--descriptor "novalue": want key=value`},
+		{[]string{"--domain", "edge", "--descriptor", "a=1", "--hits", "0"}, "--hits must be at least 1"},
+		{[]string{"--extproc", "--path", "checkout"}, "--path must start with /"},
+		{[]string{"--extproc", "--domain", "edge"}, "--domain and --descriptor go without --extproc"},
+		{[]string{"extra"}, "probe takes no arguments"},
+	} {
+		code, _, errs := runProbe(context.Background(), tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	code, _, errs := runProbe(context.Background(), "--addr", addr, "--domain", "edge", "--descriptor", "a=1")
+	if code != 1 || !strings.Contains(errs, "cannot reach throttlekit at "+addr) {
+		t.Errorf("nobody listening: exit %d, stderr %q", code, errs)
+	}
+}
+
+// FuzzParseDescriptor: a --descriptor either fails with a message quoting
+// it, or reads as entries with keys that write back to the same text.
+func FuzzParseDescriptor(f *testing.F) {
+	for _, s := range []string{"path=/x", "user=alice,path=/v1/export", "a==b", "k=", "=v", "novalue", "a=1,,b=2", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		es, err := parseDescriptor(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), strconv.Quote(s)) {
+				t.Fatalf("error %q does not quote the descriptor", err)
+			}
+			return
+		}
+		parts := make([]string, len(es))
+		for i, e := range es {
+			if e.key == "" || strings.Contains(e.key, "=") || strings.Contains(e.key+e.value, ",") {
+				t.Fatalf("entry %+v of %q", e, s)
+			}
+			parts[i] = e.key + "=" + e.value
+		}
+		if got := strings.Join(parts, ","); got != s {
+			t.Fatalf("%q read as %q", s, got)
+		}
+	})
+}

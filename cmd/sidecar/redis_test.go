@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
+)
+
+// requirePassword makes r ask for password, as `requirepass` does.
+func requirePassword(t *testing.T, r *testenv.Redis, password string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.Client().ConfigSet(ctx, "requirepass", password).Err(); err != nil {
+		t.Fatalf("CONFIG SET requirepass: %v", err)
+	}
+}
+
+// TestRedisConfigErrorsStopServe: a Redis that answers but refuses the
+// configuration --redis-url describes stops serve at start, with one line
+// that says why and never holds the password.
+func TestRedisConfigErrorsStopServe(t *testing.T) {
+	const secret = "hunter2-wrong"
+	plain := testenv.StartRedis(t)
+	locked := testenv.StartRedis(t)
+	requirePassword(t, locked, "s3cret-right")
+	for _, tc := range []struct {
+		name, url, want string
+	}{
+		{"database out of range", "redis://" + plain.Addr + "/99", "ERR DB index is out of range"},
+		{"wrong password", "redis://:" + secret + "@" + locked.Addr + "/0", "WRONGPASS"},
+		{"wrong user", "redis://nobody:" + secret + "@" + locked.Addr + "/0", "WRONGPASS"},
+		{"no password", "redis://" + locked.Addr + "/0", "NOAUTH"},
+		{"cluster URL at a single server", "redis+cluster://" + plain.Addr, "cluster support disabled"},
+		{"sentinel URL at a plain server", "redis://" + plain.Addr + "/0?master_name=mymaster", "unknown command 'sentinel'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServe(t, []string{"--store", "redis", "--redis-url", tc.url}, nil)
+			if s.grpcAddr != "" {
+				t.Fatalf("serve logged \"serving\" with --redis-url %s", Redact(tc.url))
+			}
+			out := s.stderr.String()
+			var lines []string
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "throttlekit serve:") {
+					lines = append(lines, l)
+				}
+			}
+			if s.code != 1 || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Errorf("exit %d, message %q; want exit 1 and one line mentioning %q", s.code, lines, tc.want)
+			}
+			if strings.Contains(out, secret) {
+				t.Errorf("the password reached the output:\n%s", out)
+			}
+			t.Logf("%s", lines)
+		})
+	}
+}
+
+// TestRedisDownAtStartServes: a Redis that is merely down (connection
+// refused) does not stop serve: it serves, not ready, and is ready once
+// Redis comes up. The right password is no configuration error either.
+func TestRedisDownAtStartServes(t *testing.T) {
+	t.Run("down, then up", func(t *testing.T) {
+		r := testenv.StartRedis(t)
+		r.Kill()
+		s := startServe(t, []string{"--store", "redis", "--redis-url", r.URL()},
+			map[string]string{"THROTTLEKIT_STORE_PROBE_INTERVAL": "20ms"})
+		if s.grpcAddr == "" {
+			t.Fatalf("serve stopped (exit %d) because Redis was down", s.code)
+		}
+		if code, body := s.get(t, "/readyz"); code != http.StatusServiceUnavailable {
+			t.Errorf("GET /readyz with Redis down: %d %q, want 503", code, body)
+		}
+		r.Restart()
+		if !testenv.Eventually(func() bool { code, _ := s.get(t, "/readyz"); return code == http.StatusOK }) {
+			t.Error("GET /readyz not 200 within 10s of Redis coming up")
+		}
+	})
+	t.Run("right password", func(t *testing.T) {
+		r := testenv.StartRedis(t)
+		requirePassword(t, r, "s3cret-right")
+		s := startServe(t, []string{"--store", "redis", "--redis-url", "redis://:s3cret-right@" + r.Addr + "/0"}, nil)
+		if s.grpcAddr == "" {
+			t.Fatalf("serve stopped (exit %d) with the right password", s.code)
+		}
+		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
+			t.Errorf("GET /readyz: %d %q, want 200", code, body)
+		}
+		if strings.Contains(s.stderr.String(), "s3cret-right") {
+			t.Errorf("the password reached the logs:\n%s", s.stderr.String())
+		}
+	})
+}
