@@ -43,7 +43,11 @@ func (r *reloader) load(ctx context.Context) error {
 		var perrs policy.Errors
 		if errors.As(err, &perrs) {
 			for _, pe := range perrs {
-				attrs := []any{"at", pe.Pos.String(), "field", pe.Field, "error", pe.Msg}
+				attrs := []any{"at", pe.Pos.String()}
+				if pe.Field != "" {
+					attrs = append(attrs, "field", pe.Field)
+				}
+				attrs = append(attrs, "error", pe.Msg)
 				if pe.Snippet != "" {
 					attrs = append(attrs, "source", pe.Snippet)
 				}
