@@ -51,7 +51,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&c.responseHeaders, "response-headers", false, "add RateLimit-Limit, -Remaining and -Reset headers to responses")
 	fs.BoolVar(&c.shadow, "shadow", false, "global shadow mode: count every rule, enforce none")
-	fs.DurationVar(&c.storeTimeout, "store-timeout", 50*time.Millisecond, "longest a check waits for the store before on_store_error decides")
+	fs.DurationVar(&c.storeTimeout, "store-timeout", 50*time.Millisecond, "longest a request waits for the store (all its limits together) before on_store_error decides")
 	fs.DurationVar(&c.storeProbeInterval, "store-probe-interval", time.Second, "how often to ask the store whether it answers (each probe waits at most --store-timeout): drives throttlekit_store_up, /readyz and grpc.health.v1")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.DurationVar(&c.messageTimeout, "extproc-message-timeout", 200*time.Millisecond, "Envoy's ext_proc message_timeout: concurrency gates' queue timeouts must stay below it")

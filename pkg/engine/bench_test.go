@@ -37,4 +37,22 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		})
 	}
+	// Four limits in one request: they share one store deadline.
+	for _, mode := range []string{"strict", "leased"} {
+		b.Run(mode+"/4-limits", func(b *testing.B) {
+			m := "mode: " + mode
+			if mode == "leased" {
+				m += "\n    lease: {batch: 100000}"
+			}
+			e := newEngine(b, memstore.New(), budgetPolicy(m))
+			r := req("b", "a=1", "b=1", "c=1", "d=1")
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := e.Decide(bg, r, t0)
+				if err != nil || resp.Code != engine.CodeOK {
+					b.Fatal(resp, err)
+				}
+			}
+		})
+	}
 }

@@ -64,6 +64,13 @@ func (e *Engine) Decide(ctx context.Context, req *Request, now time.Time) (*Resp
 func (e *Engine) decide(ctx context.Context, c *compiled, req *Request, now time.Time) (*Response, error) {
 	hits := e.match(c, req)
 	hits = applyReplaces(hits)
+	if len(hits) > 1 {
+		// --store-timeout bounds the request, not each store call: its
+		// limits share one deadline instead of waiting a timeout each,
+		// so the answer comes inside Envoy's call timeout and every
+		// limit's on_store_error decides, not Envoy's failure mode.
+		ctx = gale.WithStoreBudget(ctx, time.Now().Add(e.storeTimeout()))
+	}
 	// Fair limits cannot give units back, so they are asked last, and only
 	// when no other limit has already denied the request.
 	isFair := func(h *hit) bool { return h.r != nil && h.r.fair != nil }
@@ -244,7 +251,7 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 	if h.r != nil {
 		d, err = h.r.limiter.Check(ctx, h.key, h.cost, now)
 	} else {
-		sctx, cancel := context.WithTimeout(ctx, e.storeTimeout())
+		sctx, cancel := gale.StoreContext(ctx, e.storeTimeout())
 		d, err = e.store.Check(sctx, h.key, h.ov, h.cost, now)
 		cancel()
 		if err != nil && ctx.Err() == nil {
@@ -281,7 +288,7 @@ func (e *Engine) giveBack(ctx context.Context, h *hit, now time.Time) error {
 	if _, we := h.ov.WindowBounds(now.UnixMicro()); we != 0 {
 		end = time.UnixMicro(we)
 	}
-	sctx, cancel := context.WithTimeout(ctx, e.storeTimeout())
+	sctx, cancel := gale.StoreContext(ctx, e.storeTimeout())
 	defer cancel()
 	return e.store.Return(sctx, h.key, h.ov, h.cost, end, now)
 }
@@ -300,7 +307,7 @@ func (e *Engine) refund(ctx context.Context, hits []hit, now time.Time) {
 		if h.r != nil {
 			err = h.r.limiter.Refund(ctx, h.key, h.cost, h.d, now)
 		} else {
-			sctx, cancel := context.WithTimeout(ctx, e.storeTimeout())
+			sctx, cancel := gale.StoreContext(ctx, e.storeTimeout())
 			err = e.store.Return(sctx, h.key, h.ov, h.cost, h.d.WindowEnd, now)
 			cancel()
 		}

@@ -27,7 +27,8 @@ type Options struct {
 	Store gale.Store
 	// Shadow puts every rule in shadow mode: counted, never enforced.
 	Shadow bool
-	// StoreTimeout bounds each store call (0: gale's default, 50ms).
+	// StoreTimeout bounds each request's store calls together (one
+	// deadline per request) and each alone (0: gale's default, 50ms).
 	StoreTimeout time.Duration
 	// MaxKeys bounds each limiter's L1 (0: gale's default).
 	MaxKeys int

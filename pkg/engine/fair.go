@@ -91,7 +91,7 @@ func (e *Engine) evaluateFair(ctx context.Context, h *hit, info *LimitInfo, now 
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, e.storeTimeout())
+	sctx, cancel := gale.StoreContext(ctx, e.storeTimeout())
 	d, err := s.Decide(sctx, h.tenant, h.cost, now)
 	cancel()
 	if err != nil {

@@ -16,6 +16,20 @@ import (
 // and a check stamped after the boundary receives the lease. The credits the
 // abandoned check needed are dropped, not carried.
 func TestAbandonedLeaseCarriesAtMostBatchMinusOne(t *testing.T) {
+	// The check gives up because its caller went away, or because its
+	// request's store deadline (WithStoreBudget) passed.
+	gaveUp := map[string]func() (context.Context, func()){
+		"cancelled": func() (context.Context, func()) { return context.WithCancel(bg) },
+		"store budget spent": func() (context.Context, func()) {
+			return gale.WithStoreBudget(bg, time.Now().Add(10*time.Millisecond)), func() {}
+		},
+	}
+	for name, giveUp := range gaveUp {
+		t.Run(name, func(t *testing.T) { testAbandonedLease(t, giveUp) })
+	}
+}
+
+func testAbandonedLease(t *testing.T, giveUp func() (context.Context, func())) {
 	const batch = 5
 	s := &countingStore{Store: memstore.New(), gate: make(chan struct{})}
 	l := newLimiter(t, s, gale.Config{Rule: perMinute(1000), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: batch, Uncoupled: true}, StoreTimeout: time.Minute})
@@ -23,7 +37,7 @@ func TestAbandonedLeaseCarriesAtMostBatchMinusOne(t *testing.T) {
 	w2 := start.Add(time.Minute)
 
 	// The first check, stamped in window 1, starts a lease and gives up.
-	ctx, cancel := context.WithCancel(bg)
+	ctx, cancel := giveUp()
 	first := make(chan error, 1)
 	go func() { _, err := l.Check(ctx, "k", 1, w1); first <- err }()
 	if !testenv.Eventually(func() bool { return s.inflight.Load() == 1 }) {

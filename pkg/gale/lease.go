@@ -26,7 +26,8 @@ type leaseCall struct {
 // that cannot serve the check (the entry then holds none).
 func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
 	sh := l.l1.shard(key)
-	waited := false // counters say "local" only for checks that never waited on the store
+	waited := false             // counters say "local" only for checks that never waited on the store
+	var budget <-chan time.Time // fires at the request's store deadline (WithStoreBudget), once armed
 	for {
 		sh.mu.Lock()
 		e := l.l1.getOrCreate(l, sh, key, now)
@@ -94,6 +95,13 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 		}
 		sh.mu.Unlock()
 		waited = true
+		if budget == nil {
+			if b, ok := storeBudget(ctx); ok {
+				t := time.NewTimer(time.Until(b))
+				defer t.Stop()
+				budget = t.C
+			}
+		}
 		select {
 		case <-call.done:
 		case <-ctx.Done():
@@ -101,6 +109,13 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now t
 				l.abandon(sh, e, call)
 			}
 			return Decision{}, ctx.Err()
+		case <-budget:
+			// The request's store deadline passed: it gives up as a
+			// cancelled one does, and OnStoreError answers.
+			if mine && l.lease.Uncoupled {
+				l.abandon(sh, e, call)
+			}
+			return l.failed(ctx, errLeaseWait)
 		}
 		if call.err == ErrClosed {
 			return Decision{}, ErrClosed
@@ -238,7 +253,7 @@ func (l *Limiter) ReturnIdle(ctx context.Context, now time.Time) int {
 		return idle
 	}, now)
 	for _, r := range rs {
-		sctx, cancel := context.WithTimeout(ctx, l.timeout)
+		sctx, cancel := StoreContext(ctx, l.timeout)
 		err := l.store.Return(sctx, r.key, l.rule, r.credits, r.windowEnd, r.now)
 		cancel()
 		if err != nil {

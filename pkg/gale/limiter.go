@@ -245,7 +245,7 @@ func (l *Limiter) Check(ctx context.Context, key string, cost int64, now time.Ti
 
 // checkStore asks the store (strict mode, and the fallback of a full L1).
 func (l *Limiter) checkStore(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
-	sctx, cancel := context.WithTimeout(ctx, l.timeout)
+	sctx, cancel := StoreContext(ctx, l.timeout)
 	d, err := l.store.Check(sctx, key, l.rule, cost, now)
 	cancel()
 	l.counters.storeChecks.Add(1)

@@ -98,7 +98,7 @@ func (l *Limiter) giveBackLeased(ctx context.Context, key string, n int64, now t
 
 // returnToStore gives n units back to the store window ending at end.
 func (l *Limiter) returnToStore(ctx context.Context, key string, n int64, end, now time.Time) error {
-	sctx, cancel := context.WithTimeout(ctx, l.timeout)
+	sctx, cancel := StoreContext(ctx, l.timeout)
 	defer cancel()
 	if err := l.store.Return(sctx, key, l.rule, n, end, now); err != nil {
 		l.counters.storeErrors.Add(1)
