@@ -300,7 +300,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descGateInflight, g.Inflight, g.Name)
 		gauge(descGateQueued, g.Queued, g.Name)
 		counter(descGateAdmitted, g.Allowed, g.Name)
-		counter(descGateRejected, g.Rejected, g.Name, "limit")
+		// Each refusal under one reason: the gate's Rejected includes its
+		// queue-full ones.
+		counter(descGateRejected, g.Rejected-g.RejectedQueueFull, g.Name, "limit")
 		counter(descGateRejected, g.RejectedQueueFull, g.Name, "queue_full")
 		counter(descGateRejected, g.TimedOutInQueue, g.Name, "queue_timeout")
 		counter(descGateRejected, g.Cancelled, g.Name, "cancelled")

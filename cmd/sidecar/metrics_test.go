@@ -13,11 +13,30 @@ import (
 const alertsFile = "../../deploy/alerts.yaml"
 
 // selector is one series selector of an alert expression: a metric name and
-// its label matchers (name="value" only).
+// its label matchers.
 type selector struct {
-	text   string
-	name   string
-	labels map[string]string
+	text     string
+	name     string
+	matchers []matcher
+}
+
+// matcher is one PromQL label matcher: name, op (=, !=, =~, !~) and value.
+type matcher struct{ name, op, value string }
+
+// matches reports whether a series with labels have satisfies m. A missing
+// label is the empty string, as in PromQL; regexps are anchored.
+func (m matcher) matches(have map[string]string) bool {
+	v := have[m.name]
+	switch m.op {
+	case "=":
+		return v == m.value
+	case "!=":
+		return v != m.value
+	case "=~":
+		return regexp.MustCompile("^(?:" + m.value + ")$").MatchString(v)
+	default: // !~
+		return !regexp.MustCompile("^(?:" + m.value + ")$").MatchString(v)
+	}
 }
 
 var (
@@ -45,14 +64,19 @@ func alertSelectors(t *testing.T) []selector {
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
 			for _, m := range selectorRE.FindAllStringSubmatch(r.Expr, -1) {
-				sel := selector{text: m[0], name: m[1], labels: map[string]string{}}
+				sel := selector{text: m[0], name: m[1]}
 				if m[2] != "" {
 					for _, kv := range strings.Split(strings.Trim(m[2], "{}"), ",") {
 						mm := matcherRE.FindStringSubmatch(kv)
-						if mm == nil || mm[2] != "=" {
-							t.Fatalf("%s: alert %s: matcher %q: this test reads name=\"value\" only; extend it", alertsFile, r.Alert, kv)
+						if mm == nil {
+							t.Fatalf("%s: alert %s: cannot read the matcher %q", alertsFile, r.Alert, kv)
 						}
-						sel.labels[mm[1]] = mm[3]
+						if strings.HasSuffix(mm[2], "~") {
+							if _, err := regexp.Compile(mm[3]); err != nil {
+								t.Fatalf("%s: alert %s: matcher %q: %v", alertsFile, r.Alert, kv, err)
+							}
+						}
+						sel.matchers = append(sel.matchers, matcher{mm[1], mm[2], mm[3]})
 					}
 				}
 				out = append(out, sel)
@@ -91,7 +115,7 @@ func TestAlertSeriesExistAtStart(t *testing.T) {
 	for _, sel := range sels {
 		n := 0
 		for _, m := range series {
-			if m.name != sel.name || !hasLabels(m.labels, sel.labels) {
+			if m.name != sel.name || !matchesAll(m.labels, sel.matchers) {
 				continue
 			}
 			n++
@@ -108,9 +132,9 @@ func TestAlertSeriesExistAtStart(t *testing.T) {
 	}
 }
 
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
+func matchesAll(have map[string]string, ms []matcher) bool {
+	for _, m := range ms {
+		if !m.matches(have) {
 			return false
 		}
 	}

@@ -85,18 +85,24 @@ func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
-	if !testenv.Eventually(func() bool { return failure() > 0 || success() > 1 }) {
-		t.Fatal("no reload within 10s of deleting the only policy file")
+	// A reload may run while the file is going (listed, then gone: "cannot
+	// read this file"); the one after the removal finds no policy file.
+	noFile := func() bool {
+		for _, r := range logRecords(t, logs.String(), "policy not loaded: keeping the previous policy") {
+			if strings.Contains(r["error"].(string), "no policy file") {
+				return true
+			}
+		}
+		return false
 	}
-	if failure() != 1 || success() != 1 {
-		t.Errorf("reloads: %v success, %v failure; want 1 and 1 (the deletion refused)", success(), failure())
+	if !testenv.Eventually(func() bool { return noFile() || success() > 1 }) {
+		t.Fatalf("no reload within 10s of deleting the only policy file says there is no policy file:\n%s", logs.String())
+	}
+	if failure() < 1 || success() != 1 {
+		t.Errorf("reloads: %v success, %v failure; want 1 success and the deletion refused", success(), failure())
 	}
 	if got := eng.Policy(); got.Hash != hash || len(got.Domains) != 1 || len(got.Gates) != 1 {
 		t.Errorf("the policy in use changed: hash %s (was %s), %d domains, %d gates", got.Hash, hash, len(got.Domains), len(got.Gates))
-	}
-	refused := logRecords(t, logs.String(), "policy not loaded: keeping the previous policy")
-	if len(refused) != 1 || !strings.Contains(refused[0]["error"].(string), "no policy file") {
-		t.Errorf("refusal log %v, want one record saying there is no policy file:\n%s", refused, logs.String())
 	}
 	cancel()
 	if err := <-watching; err != nil {

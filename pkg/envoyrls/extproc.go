@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
 	"github.com/throttlekit/throttlekit/pkg/engine"
@@ -107,8 +108,10 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 			start = s.now()
 			l, err := choice.Gate.Acquire(stream.Context(), start)
 			if err != nil {
-				if stream.Context().Err() != nil {
-					return stream.Context().Err()
+				if err := stream.Context().Err(); err != nil {
+					// Envoy went away while the request waited: CANCELLED
+					// or DEADLINE_EXCEEDED, not UNKNOWN.
+					return status.FromContextError(err).Err()
 				}
 				resp = reject(choice)
 				break
