@@ -145,7 +145,8 @@ type Limiter struct {
 	onError ErrorPolicy
 	timeout time.Duration
 	clock   clock.Clock
-	l1      *table // nil in strict mode
+	l1      *table  // nil in strict mode
+	m       Machine // leased mode's protocol, which checkLeased drives
 
 	bg       context.Context // parent of background store calls; cancelled by Close
 	cancelBg context.CancelFunc
@@ -196,6 +197,7 @@ func New(store Store, cfg Config) (*Limiter, error) {
 	if l.timeout == 0 {
 		l.timeout = DefaultStoreTimeout
 	}
+	l.m = Machine{Rule: cfg.Rule, Batch: lc.Batch, Uncoupled: lc.Uncoupled, LowWater: lc.LowWater, NewSizer: lc.NewSizer}
 	if l.clock == nil {
 		l.clock = clock.Real{}
 	}
@@ -309,11 +311,11 @@ func (l *Limiter) Close(ctx context.Context) error {
 	}
 	var errs []error
 	for _, r := range l.l1.drain(l, func(*entry) bool { return true }, l.clock.Now()) {
-		if err := l.store.Return(ctx, r.key, l.rule, r.credits, r.windowEnd, r.now); err != nil {
-			errs = append(errs, fmt.Errorf("gale: returning %d credits of %q: %w", r.credits, r.key, err))
+		if err := l.store.Return(ctx, r.key, l.rule, r.Credits, r.WindowEnd, r.At); err != nil {
+			errs = append(errs, fmt.Errorf("gale: returning %d credits of %q: %w", r.Credits, r.key, err))
 			continue
 		}
-		l.counters.creditsReturned.Add(r.credits)
+		l.counters.creditsReturned.Add(r.Credits)
 	}
 	return errors.Join(errs...)
 }

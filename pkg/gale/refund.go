@@ -28,10 +28,10 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int64, d Decision
 	}
 	now = now.Add(-time.Duration(now.Nanosecond() % 1000))
 	if l.mode == Leased {
-		_, err := l.giveBackLeased(ctx, key, cost, now, func(e *entry) bool { return e.windowEnd.Equal(d.WindowEnd) })
+		_, err := l.giveBackLeased(ctx, key, cost, now, true, d.WindowEnd)
 		return err
 	}
-	return l.returnToStore(ctx, key, cost, d.WindowEnd, now)
+	return l.returnToStore(ctx, key, Return{Credits: cost, WindowEnd: d.WindowEnd, At: now})
 }
 
 // GiveBack applies a negative hit (is_negative_hits) of n units of key at
@@ -49,61 +49,51 @@ func (l *Limiter) GiveBack(ctx context.Context, key string, n int64, now time.Ti
 	}
 	now = now.Add(-time.Duration(now.Nanosecond() % 1000))
 	if l.mode == Leased {
-		return l.giveBackLeased(ctx, key, n, now, func(*entry) bool { return true })
+		return l.giveBackLeased(ctx, key, n, now, false, time.Time{})
 	}
 	var end time.Time
 	if l.rule.Windowed() {
 		_, we := l.rule.WindowBounds(now.UnixMicro())
 		end = time.UnixMicro(we)
 	}
-	if err := l.returnToStore(ctx, key, n, end, now); err != nil {
+	if err := l.returnToStore(ctx, key, Return{Credits: n, WindowEnd: end, At: now}); err != nil {
 		return 0, err
 	}
 	return n, nil
 }
 
 // giveBackLeased gives back up to n units key's node served from the credits
-// of the window in place at now, when window accepts the entry's window.
-// Window-coupled the units join the credits again (they expire with the
-// window they came from); otherwise they go back to the store's count of that
-// window.
-func (l *Limiter) giveBackLeased(ctx context.Context, key string, n int64, now time.Time, window func(*entry) bool) (int64, error) {
+// of the window in place at now (of window end only, if onlyWindow), as the
+// machine's GiveBack decides.
+func (l *Limiter) giveBackLeased(ctx context.Context, key string, n int64, now time.Time, onlyWindow bool, end time.Time) (int64, error) {
 	sh := l.l1.shard(key)
 	sh.mu.Lock()
 	e := sh.keys[key]
-	if e == nil || !window(e) {
+	if e == nil {
 		sh.mu.Unlock()
-		return 0, nil // evicted, or its credits are of a later window: nothing of this one to give back to
+		return 0, nil // evicted: nothing of this window to give back to
 	}
-	sh.expire(e, now) // a window that has ended has used = 0
-	n = min(n, e.used)
-	if n <= 0 {
-		sh.mu.Unlock()
-		return 0, nil
+	if !onlyWindow || e.st.WindowEnd.Equal(end) {
+		sh.stranded += l.m.Expire(&e.st, now)
 	}
-	e.used -= n
-	if !l.carries() {
-		e.credits += n
-		e.fromWindow += n
-		sh.mu.Unlock()
-		return n, nil
-	}
-	end := e.windowEnd
+	given, r := l.m.GiveBack(&e.st, now, n, onlyWindow, end)
 	sh.mu.Unlock()
-	if err := l.returnToStore(ctx, key, n, end, now); err != nil {
-		return 0, err
+	if r.Credits > 0 {
+		if err := l.returnToStore(ctx, key, r); err != nil {
+			return 0, err
+		}
 	}
-	return n, nil
+	return given, nil
 }
 
-// returnToStore gives n units back to the store window ending at end.
-func (l *Limiter) returnToStore(ctx context.Context, key string, n int64, end, now time.Time) error {
+// returnToStore gives r back to the store.
+func (l *Limiter) returnToStore(ctx context.Context, key string, r Return) error {
 	sctx, cancel := StoreContext(ctx, l.timeout)
 	defer cancel()
-	if err := l.store.Return(sctx, key, l.rule, n, end, now); err != nil {
+	if err := l.store.Return(sctx, key, l.rule, r.Credits, r.WindowEnd, r.At); err != nil {
 		l.counters.storeErrors.Add(1)
 		return err
 	}
-	l.counters.creditsReturned.Add(n)
+	l.counters.creditsReturned.Add(r.Credits)
 	return nil
 }

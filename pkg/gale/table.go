@@ -23,53 +23,19 @@ type tshard struct {
 	_                                             [64]byte
 }
 
-// entry is all L1 state of one key.
+// entry is one key's place in L1: its leasing state, which the limiter's
+// Machine moves, and the lease in flight for it (the driver's side of
+// KeyState.Lease).
 type entry struct {
-	key string
-	// credits are leased units not yet served. Invariant: credits >= 0.
-	credits int64
-	// expires is the local instant the credits die (window coupling); the
-	// zero time when they never do. Invariant: expires is zero or equals
-	// until.
-	expires time.Time
-	// windowEnd is the store window (store clock) the newest credits came
-	// from, and fromWindow how many credits came from it: what may be
-	// returned there. until is that window's end on the local clock (zero
-	// for the strategies without windows).
-	windowEnd  time.Time
-	fromWindow int64
-	until      time.Time
-	// used is how many units this node served from windowEnd's credits
-	// while that window was in place, less what refunds and negative hits
-	// gave back: the most a give-back may restore. Invariant: used >= 0,
-	// and used = 0 once until has passed.
-	used int64
-	// remote and reset are the store's Remaining and ResetAt (converted to
-	// the local clock) at the last lease, for the decisions served locally.
-	remote int64
-	reset  time.Time
-	// lease is the lease in flight for this key, nil when none. Invariant: at
-	// most one per key, and an entry with a lease in flight is never evicted.
-	lease *leaseCall
-	// A denial remembered until denyUntil: any check needing at least
-	// denyNeed units from the store is denied locally with deny.
-	denyUntil time.Time
-	denyNeed  int64
-	deny      Decision
-	lastUsed  time.Time
-	// With a BatchSizer: the key's sizer, the window (by its start, in the
-	// caller's clock) whose demand served is counting, and that demand.
-	sizer  BatchSizer
-	window int64
-	served int64
+	key  string
+	st   KeyState
+	call *leaseCall // nil when no lease is in flight
 }
 
 // returned is credits to give back to the store.
 type returned struct {
-	key       string
-	credits   int64
-	windowEnd time.Time
-	now       time.Time
+	key string
+	Return
 }
 
 // evictSample is how many entries a full shard looks at to pick the least
@@ -93,30 +59,6 @@ func (t *table) shard(key string) *tshard {
 	return &t.shards[maphash.String(t.seed, key)&t.mask]
 }
 
-// expire ends what belongs to a store window that has ended: the count of
-// units served from it, and, window-coupled, its credits. Called with the
-// shard locked.
-func (sh *tshard) expire(e *entry, now time.Time) {
-	if e.until.IsZero() || now.Before(e.until) {
-		return
-	}
-	e.used = 0
-	if e.credits > 0 && !e.expires.IsZero() {
-		sh.stranded += e.credits
-		e.credits, e.fromWindow = 0, 0
-	}
-}
-
-// denied reports a remembered denial covering a need of need store units.
-func (e *entry) denied(need int64, now time.Time) (Decision, bool) {
-	if need < e.denyNeed || !now.Before(e.denyUntil) {
-		return Decision{}, false
-	}
-	d := e.deny
-	d.RetryAfter = e.denyUntil.Sub(now)
-	return d, true
-}
-
 // getOrCreate returns key's entry, creating it when absent; nil when the shard
 // is full and nothing can be evicted. Called with sh locked; evicted credits
 // are handed to l for return.
@@ -128,7 +70,7 @@ func (t *table) getOrCreate(l *Limiter, sh *tshard, key string, now time.Time) *
 		var victim *entry
 		seen := 0
 		for _, e := range sh.keys {
-			if e.lease == nil && (victim == nil || e.lastUsed.Before(victim.lastUsed)) {
+			if e.st.Lease == 0 && (victim == nil || e.st.LastUsed.Before(victim.st.LastUsed)) {
 				victim = e
 			}
 			if seen++; seen >= evictSample {
@@ -140,24 +82,20 @@ func (t *table) getOrCreate(l *Limiter, sh *tshard, key string, now time.Time) *
 		}
 		delete(sh.keys, victim.key)
 		sh.evictions++
-		if r, ok := returnable(sh, victim, now); ok {
+		if r, ok := l.returnable(sh, victim, now); ok {
 			l.returnLater(r)
 		}
 	}
-	e := &entry{key: key, lastUsed: now}
+	e := &entry{key: key, st: KeyState{LastUsed: now}}
 	sh.keys[key] = e
 	return e
 }
 
 // returnable takes the credits of an entry leaving L1. Called with sh locked.
-func returnable(sh *tshard, e *entry, now time.Time) (returned, bool) {
-	sh.expire(e, now)
-	n := min(e.credits, e.fromWindow)
-	e.credits, e.fromWindow, e.used = 0, 0, 0
-	if n <= 0 {
-		return returned{}, false
-	}
-	return returned{key: e.key, credits: n, windowEnd: e.windowEnd, now: now}, true
+func (l *Limiter) returnable(sh *tshard, e *entry, now time.Time) (returned, bool) {
+	r, stranded := l.m.Drain(&e.st, now)
+	sh.stranded += stranded
+	return returned{key: e.key, Return: r}, r.Credits > 0
 }
 
 // cachedDenial answers a check from a remembered denial (cached-deny mode).
@@ -169,10 +107,9 @@ func (t *table) cachedDenial(key string, cost int64, now time.Time) (Decision, b
 	if e == nil {
 		return Decision{}, false
 	}
-	d, ok := e.denied(cost, now)
+	d, ok := e.st.CachedDenial(now, cost)
 	if ok {
 		sh.cachedDenials++
-		e.lastUsed = now
 	}
 	return d, ok
 }
@@ -183,7 +120,7 @@ func (t *table) rememberDenial(l *Limiter, key string, cost int64, d Decision, n
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := t.getOrCreate(l, sh, key, now); e != nil {
-		e.denyUntil, e.denyNeed, e.deny, e.lastUsed = now.Add(d.RetryAfter), cost, d, now
+		e.st.RememberDenial(now, cost, d)
 	}
 }
 
@@ -197,15 +134,15 @@ func (t *table) drain(l *Limiter, keep func(*entry) bool, now time.Time) []retur
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.keys {
-			if e.lease != nil || !keep(e) {
+			if e.st.Lease != 0 || !keep(e) {
 				continue
 			}
 			delete(sh.keys, k)
 			at := now
-			if e.lastUsed.After(at) {
-				at = e.lastUsed
+			if e.st.LastUsed.After(at) {
+				at = e.st.LastUsed
 			}
-			if r, ok := returnable(sh, e, at); ok {
+			if r, ok := l.returnable(sh, e, at); ok {
 				out = append(out, r)
 			}
 		}
