@@ -42,6 +42,13 @@ const (
 	// FaultTwoLeases lets a check start a lease while one is in flight for
 	// its key.
 	FaultTwoLeases
+	// FaultUncheckedGiveBack puts a given-back unit into whatever credits
+	// the key holds (while they live), whatever window granted it and
+	// whether or not the key served it: the refund and negative-hit holes.
+	FaultUncheckedGiveBack
+	// FaultFullBatchRefill has a low-water refill ask a whole batch even
+	// where credits carry over: the low-water hole.
+	FaultFullBatchRefill
 )
 
 // KeyState is all leasing state of one key on one node. The zero value is a
@@ -176,12 +183,12 @@ func (m *Machine) Check(k *KeyState, now time.Time, cost int64, d *Decision) (st
 			d.ResetAt = time.UnixMicro(we)
 		}
 		st.Kind = Served
-		if m.LowWater > 0 && k.Credits <= m.LowWater && (k.Lease == 0 || m.Fault&FaultTwoLeases != 0) && !now.Before(k.DenyUntil) {
+		if m.LowWater > 0 && k.Credits <= m.LowWater && k.Lease == 0 && !now.Before(k.DenyUntil) {
 			// A refill where credits carry over asks only what tops the key
 			// up to a batch: a node never holds more than a batch, and a
 			// fleet carries at most N·Batch into a window.
 			want := m.batch(k)
-			if m.carries() {
+			if m.carries() && m.Fault&FaultFullBatchRefill == 0 {
 				want -= k.Credits
 			}
 			if want >= 1 {
@@ -222,6 +229,11 @@ func (m *Machine) Check(k *KeyState, now time.Time, cost int64, d *Decision) (st
 // begin records a lease in flight that must grant at least min, and names it.
 func (m *Machine) begin(k *KeyState, min int64) uint64 {
 	k.Leases++
+	if k.Lease != 0 {
+		// Only under FaultTwoLeases: a second lease, which the key does not
+		// record (the first keeps the one slot).
+		return k.Leases
+	}
 	k.Lease, k.LeaseMin, k.Abandoned = k.Leases, min, false
 	return k.Lease
 }
@@ -337,6 +349,14 @@ func (m *Machine) Drain(k *KeyState, now time.Time) (r Return, stranded int64) {
 // otherwise they go back to the store's count of that window, as r. It
 // returns how many units were given back.
 func (m *Machine) GiveBack(k *KeyState, now time.Time, n int64, onlyWindow bool, end time.Time) (given int64, r Return) {
+	if m.Fault&FaultUncheckedGiveBack != 0 {
+		if !k.Expires.IsZero() && !now.Before(k.Expires) {
+			return 0, Return{}
+		}
+		k.Credits += n
+		k.Used = max(k.Used-n, 0)
+		return n, Return{}
+	}
 	if onlyWindow && !k.WindowEnd.Equal(end) {
 		return 0, Return{} // its credits are of a later window: nothing of this one to give back to
 	}

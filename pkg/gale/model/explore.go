@@ -42,7 +42,7 @@ func Explore(c Config) (*Space, error) {
 	sp := &Space{cfg: c}
 	seen := map[string]int{}
 	add := func(s State, parent int, step Step) {
-		k := key(s)
+		k := c.key(s)
 		if _, ok := seen[k]; ok {
 			return
 		}
@@ -57,7 +57,7 @@ func Explore(c Config) (*Space, error) {
 				continue // a self-loop: it reaches nothing new
 			}
 			sp.edges++
-			slices.SortFunc(t.After.Nodes, Node.compare)
+			c.sortNodes(t.After)
 			add(t.After, i, t.Step)
 		}
 	}
@@ -66,15 +66,11 @@ func Explore(c Config) (*Space, error) {
 
 // key encodes a canonical state; Validate keeps every field in a byte (the
 // two window counts offset, as give-backs can take them below zero).
-func key(s State) string {
-	b := make([]byte, 0, 4+7*len(s.Nodes))
+func (c Config) key(s State) string {
+	b := make([]byte, 0, 4+11*len(s.Nodes))
 	b = append(b, byte(s.Window), byte(s.L2), byte(s.Admitted+128), byte(s.Consumed+128))
 	for _, n := range s.Nodes {
-		fresh := byte(0)
-		if n.Fresh {
-			fresh = 1
-		}
-		b = append(b, byte(n.Credits), byte(n.From), fresh, byte(n.Used), byte(n.Pending), byte(n.Held), byte(n.Negs))
+		b = c.nodeKey(b, n, s.Window)
 	}
 	return string(b)
 }
@@ -125,7 +121,7 @@ func (sp *Space) Trace(i int) Trace {
 		for k := range order {
 			order[k] = k
 		}
-		slices.SortStableFunc(order, func(a, b int) int { return cur.Nodes[a].compare(cur.Nodes[b]) })
+		slices.SortStableFunc(order, func(a, b int) int { return sp.cfg.compare(cur, cur.Nodes[a], cur.Nodes[b]) })
 		want := st
 		if want.Kind != Roll {
 			want.Node = order[st.Node]

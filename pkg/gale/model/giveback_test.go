@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"testing"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
 // The give-back paths — refunds, negative hits, returns to L2 — and the
@@ -77,40 +79,40 @@ var pinnedGiveBacks = []struct {
 	name                string
 	states, transitions int
 }{
-	{"N=1/coupled/L=9/refunds=1/negative=0/returns=false/low_water=0", 88, 230},
-	{"N=1/coupled/L=9/refunds=2/negative=0/returns=false/low_water=0", 136, 398},
-	{"N=1/coupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 144, 320},
-	{"N=1/coupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 220, 525},
+	{"N=1/coupled/L=9/refunds=1/negative=0/returns=false/low_water=0", 91, 238},
+	{"N=1/coupled/L=9/refunds=2/negative=0/returns=false/low_water=0", 139, 406},
+	{"N=1/coupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 147, 325},
+	{"N=1/coupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 223, 533},
 	{"N=1/coupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 70, 130},
 	{"N=1/coupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 82, 163},
-	{"N=1/coupled/L=6/refunds=1/negative=1/returns=true/low_water=1", 2420, 8095},
-	{"N=2/coupled/L=9/refunds=1/negative=0/returns=false/low_water=0", 396, 1645},
-	{"N=2/coupled/L=9/refunds=2/negative=0/returns=false/low_water=0", 748, 3469},
-	{"N=2/coupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 936, 3202},
-	{"N=2/coupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 576, 2068},
-	{"N=2/coupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 202, 582},
-	{"N=2/coupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 268, 833},
-	{"N=2/coupled/L=6/refunds=1/negative=1/returns=true/low_water=1", 37425, 204350},
-	{"N=3/coupled/L=9/refunds=1/negative=0/returns=false/low_water=0", 732, 3825},
-	{"N=3/coupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 2080, 8788},
-	{"N=3/coupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 1000, 4542},
-	{"N=3/coupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 390, 1473},
-	{"N=3/coupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 558, 2269},
+	{"N=1/coupled/L=6/refunds=1/negative=1/returns=true/low_water=1", 2596, 8788},
+	{"N=2/coupled/L=9/refunds=1/negative=0/returns=false/low_water=0", 465, 1916},
+	{"N=2/coupled/L=9/refunds=2/negative=0/returns=false/low_water=0", 853, 3905},
+	{"N=2/coupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 1047, 3513},
+	{"N=2/coupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 744, 2735},
+	{"N=2/coupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 230, 631},
+	{"N=2/coupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 304, 900},
+	{"N=2/coupled/L=6/refunds=1/negative=1/returns=true/low_water=1", 45671, 245348},
+	{"N=3/coupled/L=9/refunds=1/negative=0/returns=false/low_water=0", 1098, 5659},
+	{"N=3/coupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 2893, 11787},
+	{"N=3/coupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 1600, 7633},
+	{"N=3/coupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 514, 1783},
+	{"N=3/coupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 741, 2772},
 	{"N=1/uncoupled/L=9/refunds=1/negative=0/returns=false/low_water=0", 1000, 2627},
 	{"N=1/uncoupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 319, 692},
-	{"N=1/uncoupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 559, 1309},
-	{"N=1/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 400, 751},
-	{"N=1/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 1031, 2066},
-	{"N=1/uncoupled/L=6/refunds=1/negative=1/returns=true/low_water=1", 20124, 62353},
-	{"N=2/uncoupled/L=9/refunds=1/negative=0/returns=false/low_water=0", 29344, 129537},
-	{"N=2/uncoupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 6637, 21354},
-	{"N=2/uncoupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 3477, 13182},
-	{"N=2/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 2881, 8595},
-	{"N=2/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 9533, 31152},
-	{"N=3/uncoupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 77101, 319573},
-	{"N=3/uncoupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 12262, 63455},
-	{"N=3/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 11632, 47437},
-	{"N=3/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 47591, 214231},
+	{"N=1/uncoupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 565, 1325},
+	{"N=1/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 409, 765},
+	{"N=1/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 1057, 2110},
+	{"N=1/uncoupled/L=6/refunds=1/negative=1/returns=true/low_water=1", 22750, 69382},
+	{"N=2/uncoupled/L=9/refunds=1/negative=0/returns=false/low_water=0", 30898, 136519},
+	{"N=2/uncoupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 7006, 22482},
+	{"N=2/uncoupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 4494, 17340},
+	{"N=2/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 3121, 9140},
+	{"N=2/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 10195, 32887},
+	{"N=3/uncoupled/L=9/refunds=0/negative=2/returns=false/low_water=0", 87247, 360336},
+	{"N=3/uncoupled/L=9/refunds=0/negative=0/returns=true/low_water=0", 20452, 109007},
+	{"N=3/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=1", 13207, 52232},
+	{"N=3/uncoupled/L=9/refunds=0/negative=0/returns=false/low_water=2", 53383, 235247},
 }
 
 // invariants are the give-back paths' safety properties: a window's net
@@ -167,7 +169,7 @@ func TestMutationsAreFound(t *testing.T) {
 		{
 			// Hole 1: a unit taken in window W refunded into W+1's credits.
 			name:   "refund into the next window's credits",
-			cfg:    Config{Coupled: true, Refunds: 1, mutation: refundIntoCurrentCredits},
+			cfg:    Config{Coupled: true, Refunds: 1, fault: gale.FaultUncheckedGiveBack},
 			broken: admittedAtMost(boundLimit),
 		},
 		{
@@ -176,24 +178,24 @@ func TestMutationsAreFound(t *testing.T) {
 			// Net admissions stay within Limit — the minted units are
 			// netted out — but the window serves more than its Limit
 			// gross: what was given back exceeds what was consumed.
-			cfg:    Config{Coupled: true, NegativeHits: 2, mutation: unboundedNegativeHits},
+			cfg:    Config{Coupled: true, NegativeHits: 2, fault: gale.FaultUncheckedGiveBack},
 			broken: func(s State) bool { return s.Consumed >= 0 },
 		},
 		{
 			// Hole 3: a refill at low water asks a whole batch, so a node
 			// carries LowWater + Batch credits over.
 			name:   "low-water refill of a whole batch",
-			cfg:    Config{LowWater: 2, mutation: fullBatchRefill},
+			cfg:    Config{LowWater: 2, fault: gale.FaultFullBatchRefill},
 			broken: admittedAtMost(boundLimit + 2*boundBatch),
 		},
 		{
 			name:   "coupled credits carried over the roll",
-			cfg:    Config{Coupled: true, mutation: carryCoupledCredits},
+			cfg:    Config{Coupled: true, fault: gale.FaultCarryCoupledCredits},
 			broken: admittedAtMost(boundLimit),
 		},
 		{
 			name:   "a second lease with a refill in flight",
-			cfg:    Config{LowWater: 2, mutation: twoLeases},
+			cfg:    Config{LowWater: 2, fault: gale.FaultTwoLeases},
 			broken: admittedAtMost(boundLimit + 2*boundBatch),
 		},
 	} {

@@ -4,9 +4,10 @@
 // window (L2), interleaved in every possible order over a bounded number of
 // windows.
 //
-// It is the Java-free twin of the seed's TLA+ specifications: it finds the
-// largest number of admissions any window can see, and returns a shortest
-// counter-example trace to any state that breaks a given invariant. Its tests
+// It checks the leasing machine the limiter runs as a TLA+ model checker
+// would check a specification of it: it finds the largest number of
+// admissions any window can see, and returns a shortest counter-example
+// trace to any state that breaks a given invariant. Its tests
 // check the seed's two bounds exactly — Limit + N·(Batch−1) for uncoupled
 // leasing (and that this is reached), Limit for window-coupled leasing — and
 // replay the explored paths on real gale.Limiters.
@@ -18,10 +19,13 @@
 // L2 (idle return, eviction, reload, shutdown), and the low-water background
 // refill.
 //
-// The model is written to be read beside the seed's prose and the code: each
-// transition in Next carries the sentence or the function it implements.
-// Time is not modelled beyond the window index; there is no clock, no
-// goroutine and no I/O here.
+// Each node's state for the key is the real gale.KeyState, and every change
+// to it is a call of the real gale.Machine (Check, Landed, GiveBack, Drain,
+// Expire): the model has no leasing logic of its own. It only sequences the
+// machine's calls, as the Limiter does, against an abstract L2 — one counter
+// per window with the store's semantics — and counts what each window
+// admits. Time is the window index: every step of window w happens at its
+// middle instant; there is no clock, no goroutine and no I/O here.
 package model
 
 import (
@@ -29,6 +33,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
 // Config is the protocol instance to explore. Nodes, Limit, Batch and
@@ -69,32 +75,13 @@ type Config struct {
 	NegativeHits int
 	// Returns lets a node give its credits back to L2 and forget the key:
 	// an idle return, an eviction from a full L1, a reload that retires the
-	// rule, or shutdown (gale's returnable, drain and Close).
+	// rule, or shutdown (Machine.Drain).
 	Returns bool
 
-	// mutation replaces a transition with the code as it was before a fix,
-	// so that tests can show the model finds the hole on its own.
-	mutation mutation
+	// fault makes the machine explored a deliberately broken one (tests
+	// only), so that tests can show the model finds each hole on its own.
+	fault gale.Fault
 }
-
-// mutation names pre-fix behaviours of the code (tests only).
-type mutation uint8
-
-const (
-	// refundIntoCurrentCredits: a refund went into whatever credits the
-	// node held when it arrived, whatever window had granted the unit.
-	refundIntoCurrentCredits mutation = 1 << iota
-	// unboundedNegativeHits: a negative hit added its units to the node's
-	// credits, whether or not the node had served them.
-	unboundedNegativeHits
-	// fullBatchRefill: a low-water refill asked for a whole batch whatever
-	// the node still held.
-	fullBatchRefill
-	// carryCoupledCredits: window-coupled credits survived the roll.
-	carryCoupledCredits
-	// twoLeases: a node could start a lease with a refill in flight.
-	twoLeases
-)
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("model: invalid config")
@@ -159,23 +146,14 @@ type State struct {
 	Nodes []Node
 }
 
-// Node is one node's L1 state for the key.
+// Node is one node's state for the key: the machine's, and what the
+// requests and the driver hold besides.
 type Node struct {
-	// Credits are leased units not yet served.
-	Credits int
-	// From is how many credits came from the current window's leases: what
-	// a return may give back (gale's fromWindow). Tracked with give-backs.
-	From int
-	// Fresh is true when the node's credits were granted in the current
-	// window (gale's entry.windowEnd is the window in place). Tracked with
-	// give-backs.
-	Fresh bool
-	// Used is how many units the node served from the current window's
-	// credits, less what it gave back (gale's entry.used). Tracked with
-	// give-backs.
-	Used int
+	// Key is the node's leasing state of the key, which only the machine
+	// changes. A key the node forgot (Return) is the zero KeyState again.
+	Key gale.KeyState
 	// Pending is the size a low-water refill in flight asked for; 0 when
-	// none is.
+	// none is (the driver's side of Key.Lease, which names it).
 	Pending int
 	// Held is how many units the node took, in the current window from its
 	// credits, for requests whose refund is still to come. Units taken from
@@ -184,21 +162,6 @@ type Node struct {
 	Held int
 	// Negs is how many negative hits the node applied in this window.
 	Negs int
-}
-
-func (n Node) compare(m Node) int {
-	b := func(x bool) int {
-		if x {
-			return 1
-		}
-		return 0
-	}
-	for _, d := range [...]int{n.Credits - m.Credits, n.From - m.From, b(n.Fresh) - b(m.Fresh), n.Used - m.Used, n.Pending - m.Pending, n.Held - m.Held, n.Negs - m.Negs} {
-		if d != 0 {
-			return d
-		}
-	}
-	return 0
 }
 
 func (s State) clone() State {
@@ -210,7 +173,7 @@ func (s State) clone() State {
 func (s State) Credits() []int {
 	out := make([]int, len(s.Nodes))
 	for i, n := range s.Nodes {
-		out[i] = n.Credits
+		out[i] = int(n.Key.Credits)
 	}
 	return out
 }
@@ -219,7 +182,7 @@ func (s State) String() string {
 	str := fmt.Sprintf("window %d  L2 %d  admitted %d  credits %v", s.Window, s.L2, s.Admitted, s.Credits())
 	detail := false
 	for _, n := range s.Nodes {
-		detail = detail || n != Node{Credits: n.Credits}
+		detail = detail || n.Pending != 0 || n.Held != 0 || n.Negs != 0
 	}
 	if detail || s.Consumed != 0 {
 		var b strings.Builder
@@ -228,10 +191,10 @@ func (s State) String() string {
 				b.WriteByte(' ')
 			}
 			fresh := "old"
-			if n.Fresh {
+			if n.Key.WindowEnd.Equal(windowEnd(s.Window)) {
 				fresh = "new"
 			}
-			fmt.Fprintf(&b, "{%s from %d used %d held %d refill %d}", fresh, n.From, n.Used, n.Held, n.Pending)
+			fmt.Fprintf(&b, "{%s from %d used %d held %d refill %d}", fresh, min(n.Key.FromWindow, n.Key.Credits), n.Key.Used, n.Held, n.Pending)
 		}
 		str += fmt.Sprintf("  consumed %d  %s", s.Consumed, b.String())
 	}

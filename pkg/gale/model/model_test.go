@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 )
 
@@ -160,7 +159,7 @@ func checkTrace(t *testing.T, c Config, tr Trace) {
 	for i, ts := range tr.Steps {
 		ok := false
 		for _, n := range c.Next(cur) {
-			if n.Step == ts.Step && key(n.After) == key(ts.After) {
+			if n.Step == ts.Step && c.key(n.After) == c.key(ts.After) {
 				ok = true
 			}
 		}
@@ -181,8 +180,8 @@ func TestTraceReplaysEveryState(t *testing.T) {
 			tr := sp.Trace(i)
 			checkTrace(t, p.config(), tr)
 			got, want := tr.Last(), sp.State(i)
-			slices.SortFunc(got.Nodes, Node.compare)
-			if key(got) != key(want) {
+			p.config().sortNodes(got)
+			if p.config().key(got) != p.config().key(want) {
 				t.Fatalf("%s: trace to state %d ends in %v, want %v", p.name(), i, got, want)
 			}
 		}
@@ -202,13 +201,13 @@ func TestSymmetryMatchesNaive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		naive := map[string]State{c.Initial().key(): c.Initial()}
+		naive := map[string]State{c.key(c.Initial()): c.Initial()}
 		queue := []State{c.Initial()}
 		for len(queue) > 0 {
 			s := queue[0]
 			queue = queue[1:]
 			for _, n := range c.Next(s) {
-				if k := n.After.key(); naive[k].Nodes == nil {
+				if k := c.key(n.After); naive[k].Nodes == nil {
 					naive[k] = n.After
 					queue = append(queue, n.After)
 				}
@@ -217,8 +216,8 @@ func TestSymmetryMatchesNaive(t *testing.T) {
 		classes, most := map[string]bool{}, 0
 		for _, s := range naive {
 			s = s.clone()
-			slices.SortFunc(s.Nodes, Node.compare)
-			classes[key(s)] = true
+			c.sortNodes(s)
+			classes[c.key(s)] = true
 			most = max(most, s.Admitted)
 		}
 		if len(classes) != sp.States() || most != sp.MaxAdmitted() {
@@ -226,8 +225,6 @@ func TestSymmetryMatchesNaive(t *testing.T) {
 		}
 	}
 }
-
-func (s State) key() string { return key(s) }
 
 func TestValidate(t *testing.T) {
 	for _, c := range []Config{

@@ -2,146 +2,179 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
+// The model's time: window w of the rule is [base + w·period, base +
+// (w+1)·period), and every step of window w happens at its middle instant.
+var base = time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const period = time.Minute
+
+// instant is when the steps of window w happen.
+func instant(w int) time.Time { return base.Add(time.Duration(w)*period + period/2) }
+
+// windowEnd is the end of window w, on the store's clock and the nodes'.
+func windowEnd(w int) time.Time { return base.Add(time.Duration(w+1) * period) }
+
+// machine is the real leasing machine the config explores.
+func (c Config) machine() *gale.Machine {
+	return &gale.Machine{
+		Rule:      gale.Rule{Algorithm: gale.FixedWindow, Limit: int64(c.Limit), Period: period},
+		Batch:     int64(c.Batch),
+		Uncoupled: !c.Coupled,
+		LowWater:  int64(c.LowWater),
+		Fault:     c.fault,
+	}
+}
+
+// lease is the abstract L2's answer to a lease of [lo, hi] in window t.Window
+// (Store.Lease): as many as remain up to hi, none when fewer than lo remain.
+// Its clock is the nodes': Now is the instant the lease was sent.
+func (c Config) lease(t *State, lo, hi int64) gale.Grant {
+	end, now := windowEnd(t.Window), instant(t.Window)
+	if int64(t.L2) < lo {
+		return gale.Grant{Now: now, Decision: gale.Decision{Limit: int64(c.Limit), ResetAt: end, RetryAfter: end.Sub(now)}}
+	}
+	g := min(hi, int64(t.L2))
+	t.L2 -= int(g)
+	return gale.Grant{Granted: g, WindowEnd: end, Now: now, Decision: gale.Decision{Allowed: true, Limit: int64(c.Limit), ResetAt: end}}
+}
+
+// giveBack is the abstract L2 taking r back (Store.Return): credits of the
+// window in place raise what it can grant, never above Limit; those of a
+// window that has ended are dropped. It returns the credits taken back.
+func (c Config) giveBack(t *State, r gale.Return) int {
+	if r.Credits <= 0 || !r.WindowEnd.Equal(windowEnd(t.Window)) {
+		return 0
+	}
+	back := min(int(r.Credits), c.Limit-t.L2)
+	t.L2 += back
+	return int(r.Credits)
+}
+
 // Next returns every transition enabled in s: each node's in index order
-// (in the order of the StepKind constants), then the roll. Deny steps are
-// included although they change nothing, so that a replay can check denials
-// too; the explorer ignores them. s is not modified.
+// (in the order of the StepKind constants), then the roll. A check the
+// machine denies is a Deny step: it changes nothing when L2 answered it
+// before, and otherwise lands the denial the node remembers. s is not
+// modified.
 //
-// Each case quotes the sentence of seed 04 ("The lease lifecycle") or names
-// the function of pkg/gale it implements. Requests have cost 1, so "credits
-// ≥ cost" is credits ≥ 1.
+// Each case names the machine call it sequences, as gale.Limiter's
+// checkLeased, Refund, GiveBack and ReturnIdle sequence them. Requests have
+// cost 1.
 func (c Config) Next(s State) []Transition {
 	var out []Transition
 	add := func(k StepKind, i, g int, t State) {
 		out = append(out, Transition{Step{Kind: k, Node: i, Granted: g}, t})
 	}
+	m := c.machine()
+	now, end := instant(s.Window), windowEnd(s.Window)
 	for i, n := range s.Nodes {
-		switch {
-		// "1. Serve locally — if (credits ≥ cost) { credits -= cost; return
-		// allow }. A local hit, no network."
-		case n.Credits >= 1:
-			t := s.clone()
-			c.consume(&t, i, true)
-			add(Serve, i, 0, t)
-			if c.Refunds > 0 && n.Held < c.Refunds {
-				t := s.clone()
-				c.consume(&t, i, false)
-				add(Take, i, 0, t)
+		// A check: Check, and what it asks — a lease (landed at once, then
+		// Check again), or a wait for the refill in flight (the check is
+		// served after the Refill step: not a step of its own).
+		for _, admit := range []bool{true, false} {
+			if !admit && (c.Refunds == 0 || n.Held >= c.Refunds) {
+				continue
 			}
-
-		// "3. Coalesce concurrent misses": a check that finds a lease in
-		// flight (here a low-water refill) waits for it rather than leasing
-		// itself; it is served after the Refill step.
-		case n.Pending > 0 && c.mutation&twoLeases == 0:
-
-		// "2. Lease on shortage — when credits < cost, atomically lease
-		// max(leaseSize, cost) from L2; on success, add the grant to local
-		// credits and retry." L2 grants what remains up to the batch (a
-		// partial grant), and the retry serves the check from the grant.
-		case s.L2 >= 1 && !c.DetachedLease:
-			g := min(c.Batch, s.L2)
 			t := s.clone()
-			c.land(&t, i, g)
-			c.consume(&t, i, true)
-			add(LeaseServe, i, g, t)
-			if c.Refunds > 0 && n.Held < c.Refunds {
-				t := s.clone()
-				c.land(&t, i, g)
-				c.consume(&t, i, false)
-				add(LeaseTake, i, g, t)
+			k := &t.Nodes[i].Key
+			var d gale.Decision
+			st := m.Check(k, now, 1, &d)
+			granted := 0
+			if st.Kind == gale.MustLease {
+				g := c.lease(&t, st.Min, st.Max)
+				granted = int(g.Granted)
+				m.Landed(k, st.Lease, now, g)
+				if c.DetachedLease && g.Granted > 0 {
+					// The check that asked is not served by this lease: it
+					// lands alone, and a later check spends it.
+					if admit {
+						add(Lease, i, granted, t)
+					}
+					continue
+				}
+				st = m.Check(k, now, 1, &d)
 			}
-
-		// Detached variant: the lease lands without the check that asked
-		// for it being served; a Serve step spends the credits later.
-		case s.L2 >= 1 && c.DetachedLease:
-			g := min(c.Batch, s.L2)
-			t := s.clone()
-			c.land(&t, i, g)
-			add(Lease, i, g, t)
-
-		// "4. Surface global exhaustion — when L2 is globally out of budget
-		// and nothing remains locally, the node returns L2's denial."
-		default:
-			add(Deny, i, 0, s.clone())
+			switch st.Kind {
+			case gale.Served:
+				c.served(&t, i, st, d, admit)
+				kind := map[[2]bool]StepKind{{false, true}: Serve, {false, false}: Take, {true, true}: LeaseServe, {true, false}: LeaseTake}[[2]bool{granted > 0, admit}]
+				add(kind, i, granted, t)
+			case gale.Denied:
+				if admit {
+					add(Deny, i, 0, t)
+				}
+			}
 		}
 
-		// Limiter.refill, landing (runLease): L2 grants what remains up to
-		// what the refill asked for; nothing when L2 is exhausted.
+		// runLease landing a low-water refill: L2 grants what remains up to
+		// what it asked for; nothing (a remembered denial) when none does.
 		if n.Pending > 0 {
 			t := s.clone()
-			g := min(n.Pending, s.L2)
+			g := c.lease(&t, 1, int64(n.Pending))
 			t.Nodes[i].Pending = 0
-			if g > 0 {
-				c.land(&t, i, g)
-			}
-			add(Refill, i, g, t)
+			m.Landed(&t.Nodes[i].Key, t.Nodes[i].Key.Lease, now, g)
+			add(Refill, i, int(g.Granted), t)
 		}
 
-		// Limiter.Refund (giveBackLeased): the unit goes back to the window
-		// the decision names, at most what the node served from it.
+		// Limiter.Refund: the unit goes back to the window its decision
+		// named, at most what the node served from it (GiveBack).
 		if n.Held > 0 {
 			t := s.clone()
 			t.Nodes[i].Held--
-			if c.mutation&refundIntoCurrentCredits != 0 {
-				c.oldGiveBack(&t, i, false)
-			} else {
-				c.giveBack(&t, i, false)
-			}
+			given, r := m.GiveBack(&t.Nodes[i].Key, now, 1, true, end)
+			c.giveBack(&t, r)
+			t.Consumed -= int(given)
 			add(Refund, i, 0, t)
 		}
 
-		// Limiter.GiveBack (a negative hit): as a refund, for the window in
-		// place; a hit that can give nothing back changes nothing and is
-		// left out.
+		// Limiter.GiveBack (a negative hit), for the window in place; a hit
+		// that gives nothing back changes nothing and is left out.
 		if n.Negs < c.NegativeHits {
 			t := s.clone()
 			t.Nodes[i].Negs++
-			if c.mutation&unboundedNegativeHits != 0 {
-				if s.Consumed >= 0 { // bounds the minting, so the space stays finite
-					c.oldGiveBack(&t, i, true)
-					add(Negative, i, 0, t)
-				}
-			} else if c.giveBack(&t, i, true) {
+			if given, r := m.GiveBack(&t.Nodes[i].Key, now, 1, false, time.Time{}); given > 0 {
+				c.giveBack(&t, r)
+				t.Consumed -= int(given)
+				t.Admitted -= int(given)
 				add(Negative, i, 0, t)
 			}
 		}
 
-		// returnable (ReturnIdle, an eviction, Close): the credits of the
-		// window in place go back to L2 (those of an older window are
-		// dropped by the store), and the key is forgotten. An entry with a
-		// lease in flight is never evicted or drained.
-		if c.Returns && n.Pending == 0 && (n != Node{Held: n.Held, Negs: n.Negs}) {
+		// ReturnIdle, an eviction, Close (Drain): the credits the machine
+		// gives up go back to L2, which drops those of a window that has
+		// ended, and the node forgets the key. A key with a lease in flight
+		// is never drained.
+		if c.Returns && n.Key.Lease == 0 && !forgotten(n.Key) {
 			t := s.clone()
-			r := 0
-			if n.Fresh {
-				r = min(n.Credits, n.From)
-				t.L2 = min(c.Limit, t.L2+r)
-			}
-			t.Nodes[i] = Node{Held: n.Held, Negs: n.Negs} // Held and Negs belong to requests, not to the entry
-			add(Return, i, r, t)
+			r, _ := m.Drain(&t.Nodes[i].Key, now)
+			back := c.giveBack(&t, r)
+			t.Nodes[i] = Node{Held: n.Held, Negs: n.Negs} // Held and Negs belong to requests, not to the key
+			add(Return, i, back, t)
 		}
 	}
-	// "L2 resets to Limit each window, but each node may still hold up to
-	// Batch − 1 unconsumed local credits from the prior window's last lease"
-	// (uncoupled). "When the L2 window that granted a key's credits rolls
-	// (now ≥ lastDecision.resetAt), the local credits expire instead of
-	// carrying over" (coupled). The exploration stops at the last window.
+	// The roll: L2 starts the next window at Limit; each node's machine
+	// expires what belonged to the window that ended (Expire, which every
+	// machine call begins with: done here at once, so that equal states
+	// look equal). Refunds of the ended window's units give nothing back.
+	// The exploration stops at the last window.
 	if s.Window+1 < c.Windows {
 		t := s.clone()
 		t.Window++
 		t.L2 = c.Limit
 		t.Admitted, t.Consumed = 0, 0
+		next := instant(t.Window)
 		for i := range t.Nodes {
 			n := &t.Nodes[i]
-			if c.Coupled && c.mutation&carryCoupledCredits == 0 {
-				n.Credits = 0 // tshard.expire
-			}
-			n.Fresh, n.From, n.Used, n.Negs = false, 0, 0, 0
-			if c.mutation&refundIntoCurrentCredits == 0 {
-				n.Held = 0 // their window has ended: their refunds give nothing back
+			m.Expire(&n.Key, next)
+			n.Negs = 0
+			if c.fault&gale.FaultUncheckedGiveBack == 0 {
+				n.Held = 0
 			}
 		}
 		add(Roll, 0, 0, t)
@@ -149,98 +182,98 @@ func (c Config) Next(s State) []Transition {
 	return out
 }
 
-// land adds a grant of g ≥ 1 credits to node i (runLease).
-func (c Config) land(t *State, i, g int) {
+// served accounts for a check the machine served on node i: admitted, or
+// taken for a request another limit denies (held for its refund when the
+// unit is of the window in place), and a refill the machine began.
+func (c Config) served(t *State, i int, st gale.Step, d gale.Decision, admit bool) {
 	n := &t.Nodes[i]
-	t.L2 -= g
 	if c.tracks() {
-		if !n.Fresh {
-			// "if !g.WindowEnd.Equal(e.windowEnd)": the credits of a new
-			// window. Coupled, older credits are stranded (none are left
-			// after a roll but under a mutation).
-			if c.Coupled {
-				n.Credits = 0
-			}
-			n.Fresh, n.From, n.Used = true, 0, 0
-		}
-		n.From += g
-	}
-	n.Credits += g
-}
-
-// consume serves one unit from node i's credits, admitted or taken for a
-// request another limit denies (checkLeased's local hit), and starts a
-// low-water refill when that leaves the node at or below the low water.
-func (c Config) consume(t *State, i int, admit bool) {
-	n := &t.Nodes[i]
-	n.Credits--
-	if c.tracks() {
-		// A return gives back min(Credits, From) (returnable). Once From is
-		// at least Credits it stays so (grants and give-backs raise both
-		// alike), so capping it there changes no behaviour and keeps a
-		// take-and-refund cycle from growing it without end.
-		n.From = min(n.From, n.Credits)
 		t.Consumed++
-		if n.Fresh {
-			n.Used++
-		}
 	}
 	switch {
 	case admit:
 		t.Admitted++
-	case n.Fresh || c.mutation&refundIntoCurrentCredits != 0:
+	case d.WindowEnd.Equal(windowEnd(t.Window)) || c.fault&gale.FaultUncheckedGiveBack != 0:
 		n.Held++
 	}
-	// Limiter.refill: "a node then never holds more than a batch of
-	// credits" where credits carry over.
-	if c.LowWater > 0 && n.Credits <= c.LowWater && n.Pending == 0 {
-		want := c.Batch
-		if !c.Coupled && c.mutation&fullBatchRefill == 0 {
-			want -= n.Credits
-		}
-		if want >= 1 {
-			n.Pending = want
-		}
+	if st.Refill {
+		n.Pending = int(st.Max)
 	}
 }
 
-// giveBack gives one unit back for node i, as giveBackLeased does: only to
-// the window in place and only what the node served from it; coupled into
-// its credits, otherwise to L2. negative marks a negative hit, which also
-// lowers the window's net admissions. It reports whether anything changed.
-func (c Config) giveBack(t *State, i int, negative bool) bool {
-	n := &t.Nodes[i]
-	if !n.Fresh || n.Used < 1 {
-		return false
-	}
-	n.Used--
-	t.Consumed--
-	if negative {
-		t.Admitted--
-	}
-	if c.Coupled {
-		n.Credits++
-		n.From++
-	} else {
-		t.L2 = min(c.Limit, t.L2+1)
-	}
-	return true
+// forgotten reports whether k is the state of a key the node does not hold.
+func forgotten(k gale.KeyState) bool {
+	return k.Credits == 0 && k.Lease == 0 && k.WindowEnd.IsZero() && k.DenyUntil.IsZero() && k.Used == 0
 }
 
-// oldGiveBack is the code before the fix: the unit joined whatever credits
-// the node held (window-coupled, while they were live), whatever window
-// had granted it and whether or not the node had served it.
-func (c Config) oldGiveBack(t *State, i int, negative bool) {
-	n := &t.Nodes[i]
-	if c.Coupled && !n.Fresh {
-		return
+// nodeKey appends the encoding of n in window w: the fields of its state
+// that can decide what a later step of c does, times as their place relative
+// to the window (none, ended, this window's end).
+//
+// Left out: what only shapes a decision's wording (Remote, Reset, Deny), the
+// driver's bookkeeping (LastUsed, the lease names, Served), and, when c has
+// no give-back path, what only a give-back or a return reads (FromWindow,
+// Used, the window the credits came from: after the roll's Expire a node's
+// credits are of the window in place, or uncoupled and never expire).
+// Without a low-water refill or a give-back, a remembered denial is left out
+// too: L2 only falls within a window, so a node it denied would be denied
+// again, and remembers it the same.
+func (c Config) nodeKey(b []byte, n Node, w int) []byte {
+	k := &n.Key
+	end, now := windowEnd(w), instant(w)
+	rel := func(t time.Time) byte {
+		switch {
+		case t.IsZero():
+			return 0
+		case t.Equal(end):
+			return 2
+		case t.Before(end):
+			return 1
+		}
+		return 3
 	}
-	n.Credits++
-	n.Used = max(n.Used-1, 0) // unused by the old code; kept bounded so the space stays finite
-	t.Consumed--
-	if negative {
-		t.Admitted--
+	lease := byte(0)
+	if k.Lease != 0 {
+		lease = byte(k.LeaseMin)
+		if k.Abandoned {
+			lease |= 0x80
+		}
 	}
+	b = append(b, byte(k.Credits), lease, byte(n.Pending), byte(n.Held), byte(n.Negs))
+	if c.LowWater > 0 || c.tracks() {
+		deny := byte(0)
+		if now.Before(k.DenyUntil) {
+			deny = byte(k.DenyNeed)
+		}
+		b = append(b, deny)
+	}
+	if c.tracks() {
+		// Only min(Credits, FromWindow) is ever read (a return gives back no
+		// more), and every transition keeps it what it would be from the
+		// full FromWindow; the full one grows with each take and refund.
+		// Until and WindowEnd are read only against this window's end: none
+		// and ended are alike (Expires is not: ended expiry has struck).
+		cur := func(t time.Time) bool { return t.Equal(end) }
+		b = append(b, byte(min(k.FromWindow, k.Credits)), byte(k.Used), rel(k.Expires), b2(cur(k.Until)), b2(cur(k.WindowEnd)))
+	}
+	return b
+}
+
+func b2(x bool) byte {
+	if x {
+		return 1
+	}
+	return 0
+}
+
+// compare orders two nodes of s by their encoding in s's window.
+func (c Config) compare(s State, a, b Node) int {
+	return strings.Compare(string(c.nodeKey(nil, a, s.Window)), string(c.nodeKey(nil, b, s.Window)))
+}
+
+// sortNodes sorts s's nodes into the canonical order, in place.
+func (c Config) sortNodes(s State) {
+	slices.SortFunc(s.Nodes, func(a, b Node) int { return c.compare(s, a, b) })
 }
 
 // TraceStep is one step of a Trace and the (concrete, unsorted) state after it.
