@@ -77,6 +77,11 @@ type Config struct {
 	// an idle return, an eviction from a full L1, a reload that retires the
 	// rule, or shutdown (Machine.Drain).
 	Returns bool
+	// GiveUps lets a check that begins a lease give up before it lands (its
+	// caller went away, or its request's store deadline passed): the
+	// limiter tells the machine (Machine.Abandon), and the lease lands
+	// later, as a Refill step of its own.
+	GiveUps bool
 
 	// fault makes the machine explored a deliberately broken one (tests
 	// only), so that tests can show the model finds each hole on its own.
@@ -122,6 +127,11 @@ func (c Config) UncoupledBound() int {
 // came from and what it served from them: only the give-back paths need it,
 // and leaving it out otherwise keeps the seed's state counts.
 func (c Config) tracks() bool { return c.Refunds > 0 || c.NegativeHits > 0 || c.Returns }
+
+// remembers reports whether a remembered denial can change what a node does
+// later: with a refill it stops one starting, and with a give-back or a
+// lease landing on its own L2 can grant again within the window.
+func (c Config) remembers() bool { return c.LowWater > 0 || c.GiveUps || c.tracks() }
 
 // State is one global state of the protocol.
 //
@@ -227,11 +237,18 @@ const (
 	Refund
 	// Negative is a negative hit of one unit (Config.NegativeHits).
 	Negative
-	// Refill is a low-water refill landing (Config.LowWater).
+	// Refill is a lease in flight landing: a low-water refill
+	// (Config.LowWater), or the lease of a check that gave up.
 	Refill
 	// Return gives a node's credits back to L2 and forgets the key
 	// (Config.Returns).
 	Return
+	// GiveUp is a check that begins a lease and gives up before it lands
+	// (Config.GiveUps).
+	GiveUp
+	// GiveUpLanded is a check that gives up as its lease lands, before it
+	// is served from it (Config.GiveUps).
+	GiveUpLanded
 )
 
 // Step is one transition: its kind, the node it happens on (unused by Roll),
@@ -267,6 +284,10 @@ func (s Step) String() string {
 		return fmt.Sprintf("node %d's refill lands %d", s.Node, s.Granted)
 	case Return:
 		return fmt.Sprintf("node %d returns %d to L2", s.Node, s.Granted)
+	case GiveUp:
+		return fmt.Sprintf("node %d begins a lease and gives up", s.Node)
+	case GiveUpLanded:
+		return fmt.Sprintf("node %d leases %d and gives up", s.Node, s.Granted)
 	}
 	return fmt.Sprintf("Step(%d)", s.Kind)
 }

@@ -244,3 +244,41 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestGiveUps explores checks that give up on the lease they began, before
+// it lands or as it lands (the abandoned-lease case that once let a node
+// carry a whole batch): the limiter drops, uncoupled, the credits the check
+// needed, so Limit + N·(Batch−1) holds and is reached; window-coupled,
+// Limit. Without telling the machine (DetachedLease: the lease lands alone)
+// the uncoupled reach is Limit + N·Batch, as TestDetachedLease shows.
+func TestGiveUps(t *testing.T) {
+	for _, tc := range []struct {
+		nodes   int
+		coupled bool
+		states  int // pinned
+	}{
+		{1, false, 267}, {2, false, 950}, {4, false, 5105},
+		{1, true, 72}, {2, true, 192}, {4, true, 672},
+	} {
+		c := Config{Nodes: tc.nodes, Limit: boundLimit, Batch: boundBatch, Windows: boundWindows, Coupled: tc.coupled, GiveUps: true}
+		t.Run(fmt.Sprintf("N=%d/coupled=%v", tc.nodes, tc.coupled), func(t *testing.T) {
+			sp, err := Explore(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bound := boundLimit
+			if !tc.coupled {
+				bound = c.UncoupledBound()
+			}
+			if tr, bad := sp.Find(admittedAtMost(bound)); bad {
+				t.Fatalf("a window admits more than %d:\n%v", bound, tr)
+			}
+			if sp.MaxAdmitted() != bound {
+				t.Fatalf("max admitted %d, want exactly %d", sp.MaxAdmitted(), bound)
+			}
+			if sp.States() != tc.states {
+				t.Errorf("explored %d states, pinned %d: the model changed", sp.States(), tc.states)
+			}
+		})
+	}
+}

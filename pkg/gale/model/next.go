@@ -86,6 +86,28 @@ func (c Config) Next(s State) []Transition {
 			var d gale.Decision
 			st := m.Check(k, now, 1, &d)
 			granted := 0
+			if st.Kind == gale.MustLease && c.GiveUps && admit && !c.DetachedLease {
+				// The check gives up before its lease lands: the limiter
+				// tells the machine, and the lease lands later (Refill).
+				u := s.clone()
+				uk := &u.Nodes[i].Key
+				var ud gale.Decision
+				ust := m.Check(uk, now, 1, &ud)
+				m.Abandon(uk, ust.Lease, ust.Min, false)
+				u.Nodes[i].Pending = int(ust.Max)
+				add(GiveUp, i, 0, u)
+				// Or it gives up as the lease lands: the machine hears of
+				// it after the grant.
+				u = s.clone()
+				uk = &u.Nodes[i].Key
+				ust = m.Check(uk, now, 1, &ud)
+				g := c.lease(&u, ust.Min, ust.Max)
+				m.Landed(uk, ust.Lease, now, g)
+				m.Abandon(uk, ust.Lease, ust.Min, g.Granted > 0)
+				if g.Granted > 0 {
+					add(GiveUpLanded, i, int(g.Granted), u)
+				}
+			}
 			if st.Kind == gale.MustLease {
 				g := c.lease(&t, st.Min, st.Max)
 				granted = int(g.Granted)
@@ -112,11 +134,13 @@ func (c Config) Next(s State) []Transition {
 			}
 		}
 
-		// runLease landing a low-water refill: L2 grants what remains up to
-		// what it asked for; nothing (a remembered denial) when none does.
+		// runLease landing a lease in flight (a low-water refill, or the
+		// lease of a check that gave up): L2 grants what remains up to what
+		// it asked for; nothing (a remembered denial) when less than its
+		// minimum remains.
 		if n.Pending > 0 {
 			t := s.clone()
-			g := c.lease(&t, 1, int64(n.Pending))
+			g := c.lease(&t, max(n.Key.LeaseMin, 1), int64(n.Pending))
 			t.Nodes[i].Pending = 0
 			m.Landed(&t.Nodes[i].Key, t.Nodes[i].Key.Lease, now, g)
 			add(Refill, i, int(g.Granted), t)
@@ -240,7 +264,7 @@ func (c Config) nodeKey(b []byte, n Node, w int) []byte {
 		}
 	}
 	b = append(b, byte(k.Credits), lease, byte(n.Pending), byte(n.Held), byte(n.Negs))
-	if c.LowWater > 0 || c.tracks() {
+	if c.remembers() {
 		deny := byte(0)
 		if now.Before(k.DenyUntil) {
 			deny = byte(k.DenyNeed)
