@@ -176,6 +176,12 @@ func (m *metrics) unaryInterceptor(log func(msg string, args ...any)) grpc.Unary
 	}
 }
 
+// inMemoryStore is an instrumentedStore over an in-memory store: it stays
+// gale.InMemory, so limiters put no deadline on its calls.
+type inMemoryStore struct{ *instrumentedStore }
+
+func (inMemoryStore) InMemory() {}
+
 // instrumentedStore counts and times the calls that reach the store.
 type instrumentedStore struct {
 	gale.Store

@@ -81,7 +81,11 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	// The metrics wrapper needs the engine and the engine the wrapped store:
 	// build the engine on a forwarding store.
 	fwd := &instrumentedStore{Store: store}
-	eng, err := engine.New(engine.Options{Store: fwd, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout})
+	var engStore gale.Store = fwd
+	if _, ok := store.(gale.InMemory); ok {
+		engStore = inMemoryStore{fwd} // still needs no deadline per call
+	}
+	eng, err := engine.New(engine.Options{Store: engStore, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout})
 	if err != nil {
 		return err
 	}

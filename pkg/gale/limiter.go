@@ -147,6 +147,7 @@ type Limiter struct {
 	clock   clock.Clock
 	l1      *table  // nil in strict mode
 	m       Machine // leased mode's protocol, which checkLeased drives
+	local   bool    // the store is InMemory: its calls need no deadline
 
 	bg       context.Context // parent of background store calls; cancelled by Close
 	cancelBg context.CancelFunc
@@ -197,6 +198,7 @@ func New(store Store, cfg Config) (*Limiter, error) {
 	if l.timeout == 0 {
 		l.timeout = DefaultStoreTimeout
 	}
+	_, l.local = store.(InMemory)
 	l.m = Machine{Rule: cfg.Rule, Batch: lc.Batch, Uncoupled: lc.Uncoupled, LowWater: lc.LowWater, NewSizer: lc.NewSizer}
 	if l.clock == nil {
 		l.clock = clock.Real{}
@@ -247,9 +249,15 @@ func (l *Limiter) Check(ctx context.Context, key string, cost int64, now time.Ti
 
 // checkStore asks the store (strict mode, and the fallback of a full L1).
 func (l *Limiter) checkStore(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
-	sctx, cancel := StoreContext(ctx, l.timeout)
-	d, err := l.store.Check(sctx, key, l.rule, cost, now)
-	cancel()
+	var d Decision
+	var err error
+	if l.local {
+		d, err = l.store.Check(ctx, key, l.rule, cost, now)
+	} else {
+		sctx, cancel := StoreContext(ctx, l.timeout)
+		d, err = l.store.Check(sctx, key, l.rule, cost, now)
+		cancel()
+	}
 	l.counters.storeChecks.Add(1)
 	if err != nil {
 		return l.failed(ctx, err)

@@ -387,3 +387,13 @@ func TestInvalidConfigAndCost(t *testing.T) {
 func TestFleetBoundsMemoryStore(t *testing.T) {
 	fleetBounds(t, memstore.New(), start)
 }
+
+// TestStrictInMemoryAllocatesNothing: a strict check on an in-memory store
+// puts no deadline on the call (gale.InMemory): with one it cost 4
+// allocations and three quarters of its time.
+func TestStrictInMemoryAllocatesNothing(t *testing.T) {
+	l := newLimiter(t, memstore.New(), gale.Config{Rule: perMinute(1 << 30), Mode: gale.Strict})
+	if n := testing.AllocsPerRun(100, func() { mustCheck(t, l, "k", 1, start) }); n != 0 {
+		t.Fatalf("a strict check on memstore allocates %v times, want 0", n)
+	}
+}

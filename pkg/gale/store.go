@@ -27,6 +27,15 @@ type Store interface {
 	Return(ctx context.Context, key string, rule Rule, credits int64, windowEnd, now time.Time) error
 }
 
+// InMemory is implemented by a Store that answers from this process's
+// memory and never waits (memstore). A Limiter puts no deadline on its
+// calls: the deadline could never fire, and would cost every strict check
+// allocations.
+type InMemory interface {
+	Store
+	InMemory()
+}
+
 // ErrInvalidCost is returned for a cost, or a lease's min and max, that is not
 // 1 ≤ min ≤ max ≤ MaxLimit.
 var ErrInvalidCost = errors.New("gale: cost must be between 1 and 2^40")

@@ -64,6 +64,10 @@ func (s *Store) Check(ctx context.Context, key string, rule gale.Rule, cost int6
 	return o.Decision(rule), nil
 }
 
+// InMemory marks the store as answering from memory, without waiting
+// (gale.InMemory).
+func (s *Store) InMemory() {}
+
 // Lease takes between min and max units of key.
 func (s *Store) Lease(ctx context.Context, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {
 	us := now.UnixMicro()
