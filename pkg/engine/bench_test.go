@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -16,25 +17,62 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000000}
 `
 
+func benchEngine(b *testing.B, mode string) *engine.Engine {
+	src := benchPolicy
+	if mode == "leased" {
+		src += "    lease: {batch: 100000}\n"
+	}
+	return newEngine(b, memstore.New(), map[string]string{"edge.yaml": strings.ReplaceAll(src, "%MODE%", mode)})
+}
+
 // BenchmarkDecide is one ShouldRateLimit's worth of engine work: match a
-// descriptor, build its counter key, check its limit, pick the status.
+// descriptor, build its counter key, check its limit, pick the status —
+// into a Response reused from request to request, as the RLS adapter does
+// (DecideInto).
 func BenchmarkDecide(b *testing.B) {
 	for _, mode := range []string{"strict", "leased"} {
 		b.Run(mode, func(b *testing.B) {
-			src := benchPolicy
-			if mode == "leased" {
-				src += "    lease: {batch: 100000}\n"
-			}
-			files := map[string]string{"edge.yaml": strings.ReplaceAll(src, "%MODE%", mode)}
-			e := newEngine(b, memstore.New(), files)
+			e := benchEngine(b, mode)
 			r := req("edge", "remote_address=10.0.0.1")
+			var resp engine.Response
 			b.ReportAllocs()
 			for b.Loop() {
-				resp, err := e.Decide(bg, r, t0)
-				if err != nil || resp.Code != engine.CodeOK {
+				if err := e.DecideInto(bg, r, t0, &resp); err != nil || resp.Code != engine.CodeOK {
 					b.Fatal(resp, err)
 				}
 			}
+		})
+	}
+	// Decide itself: a new Response per request.
+	for _, mode := range []string{"strict", "leased"} {
+		b.Run(mode+"/new-response", func(b *testing.B) {
+			e := benchEngine(b, mode)
+			r := req("edge", "remote_address=10.0.0.1")
+			b.ReportAllocs()
+			for b.Loop() {
+				if resp, err := e.Decide(bg, r, t0); err != nil || resp.Code != engine.CodeOK {
+					b.Fatal(resp, err)
+				}
+			}
+		})
+	}
+	// As many goroutines as the RLS bench's callers (ghz -c 50), all on one
+	// descriptor: the same counter, the same store shard or L1 entry.
+	for _, mode := range []string{"strict", "leased"} {
+		b.Run(mode+"/parallel", func(b *testing.B) {
+			e := benchEngine(b, mode)
+			b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := req("edge", "remote_address=10.0.0.1")
+				var resp engine.Response
+				for pb.Next() {
+					if err := e.DecideInto(bg, r, t0, &resp); err != nil || resp.Code != engine.CodeOK {
+						b.Error(resp, err)
+						return
+					}
+				}
+			})
 		})
 	}
 	// Four limits in one request: they share one store deadline.
@@ -46,10 +84,10 @@ func BenchmarkDecide(b *testing.B) {
 			}
 			e := newEngine(b, memstore.New(), budgetPolicy(m))
 			r := req("b", "a=1", "b=1", "c=1", "d=1")
+			var resp engine.Response
 			b.ReportAllocs()
 			for b.Loop() {
-				resp, err := e.Decide(bg, r, t0)
-				if err != nil || resp.Code != engine.CodeOK {
+				if err := e.DecideInto(bg, r, t0, &resp); err != nil || resp.Code != engine.CodeOK {
 					b.Fatal(resp, err)
 				}
 			}

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -15,12 +17,25 @@ import (
 
 // compiled is one policy set made ready to answer: a descriptor tree per
 // domain and a rule per limit. It is immutable once built, except for the
-// limiters' own state.
+// limiters' own state and the count of the requests using it (handover.go).
 type compiled struct {
 	set     *policy.Set
 	domains map[string]*node
 	rules   []*rule
 	gates   []*gateRule
+
+	// users is the number of requests answering from this policy (acquire
+	// without release yet), minus retiredBias once the policy is retired.
+	// Invariant: users ≥ 0 until retired; then users + retiredBias requests
+	// may still use its limiters, and none does when users = −retiredBias.
+	users    atomic.Int64
+	handover *handover // the engine's: where a drained policy's limiters go
+	log      *slog.Logger
+}
+
+// newCompiled returns an empty compiled policy for set.
+func (e *Engine) newCompiled(set *policy.Set, domains int) *compiled {
+	return &compiled{set: set, domains: make(map[string]*node, domains), handover: &e.handover, log: e.log}
 }
 
 // rule is one limit of one policy descriptor.
@@ -32,11 +47,17 @@ type rule struct {
 	// (algorithm, period; rate and burst for the buckets). Changing the
 	// requests per unit of a window keeps its counters across a reload.
 	id string
+	// keyPrefix is the fields of the domain and of id that begin every key
+	// of the rule's counters (key.go).
+	keyPrefix string
 	// identity is everything the limiter is built from: a rule with the
 	// same identity after a reload keeps its limiter (and its L1 state).
 	identity string
 	info     LimitInfo
-	limiter  *gale.Limiter // nil when unlimited or blocked
+	// lim answers the rule's checks: limiter, or fair; nil when the rule is
+	// unlimited or blocked.
+	lim      limit
+	limiter  *gale.Limiter // nil when unlimited, blocked or fair
 	galeRule gale.Rule
 
 	unlimited   bool
@@ -55,7 +76,7 @@ type rule struct {
 // be nil); without, it only validates. It returns every problem as
 // policy.Errors.
 func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled, map[string]*gale.Limiter, error) {
-	c := &compiled{set: set, domains: make(map[string]*node, len(set.Domains))}
+	c := e.newCompiled(set, len(set.Domains))
 	var errs policy.Errors
 	var created []*gale.Limiter // made by this compile: closed again if it fails
 	old := map[string]*gale.Limiter{}
@@ -73,7 +94,7 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 		var walk func(n *node, descs []*policy.Descriptor, path, keys []string)
 		walk = func(n *node, descs []*policy.Descriptor, path, keys []string) {
 			for _, pd := range descs {
-				b := &branch{key: pd.Key, value: pd.Value, wild: pd.HasWildcard(), share: pd.ShareThreshold && pd.HasWildcard()}
+				b := &branch{key: pd.Key, keyField: string(appendField(nil, pd.Key)), value: pd.Value, wild: pd.HasWildcard(), share: pd.ShareThreshold && pd.HasWildcard()}
 				switch {
 				case pd.Value == "":
 					n.keyOnly[pd.Key] = b
@@ -113,6 +134,12 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 						} else {
 							created = append(created, r.limiter)
 						}
+					}
+					switch {
+					case r.limiter != nil:
+						r.lim = r.limiter
+					case r.fair != nil:
+						r.lim = r.fair
 					}
 					r.stats = e.statsFor(r.ref)
 					b.rules = append(b.rules, r)
@@ -176,6 +203,7 @@ func (e *Engine) newRule(domain string, path []string, j int, pd *policy.Descrip
 	}
 	sum := sha256.Sum256([]byte(domain + "\x00" + strings.Join(path, "\x00") + "\x00" + place + "\x00" + state))
 	r.id = hex.EncodeToString(sum[:8])
+	r.keyPrefix = string(appendField(appendField(nil, domain), r.id))
 	r.identity = fmt.Sprintf("%s|%+v|%s|%+v|%s", r.id, r.galeRule, pd.Mode, pd.Lease, pd.OnStoreError)
 	return r, nil
 }
@@ -228,11 +256,17 @@ func (e *Engine) limiterConfig(r *rule, pd *policy.Descriptor) gale.Config {
 			}
 		}
 	}
-	switch pd.OnStoreError {
-	case policy.OnErrorAllow:
-		cfg.OnStoreError = gale.FailOpen
-	case policy.OnErrorDeny:
-		cfg.OnStoreError = gale.FailClosed
-	}
+	cfg.OnStoreError = errorPolicy(pd.OnStoreError)
 	return cfg
+}
+
+// errorPolicy is gale's name for an on_store_error policy.
+func errorPolicy(p policy.StoreErrorPolicy) gale.ErrorPolicy {
+	switch p {
+	case policy.OnErrorAllow:
+		return gale.FailOpen
+	case policy.OnErrorDeny:
+		return gale.FailClosed
+	}
+	return gale.FailError
 }

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
-	"strconv"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -12,12 +13,9 @@ import (
 
 // hit is one limit applied to one request descriptor.
 type hit struct {
+	r      *rule // a policy rule, or the rule of a request's override
 	desc   int
-	r      *rule     // nil for a limit override carried by the request
-	ov     gale.Rule // the override's rule
-	ovInfo LimitInfo
 	key    string
-	tenant string // the tenant of a fair rule
 	cost   int64
 	d      gale.Decision
 	over   bool // the limit denied
@@ -25,16 +23,40 @@ type hit struct {
 	status Status
 }
 
-func (h *hit) shadow() bool { return h.r != nil && h.r.shadow }
-func (h *hit) quota() bool  { return h.r != nil && h.r.quota && !h.r.shadow }
+func (h *hit) shadow() bool { return h.r.shadow }
+func (h *hit) quota() bool  { return h.r.quota && !h.r.shadow }
+func (h *hit) fair() bool   { return h.r.fair != nil }
 
-// capacity is the most h's limit admits at once: a status never reports
-// more remaining.
-func (h *hit) capacity() int64 {
-	if h.r != nil {
-		return h.r.galeRule.Capacity()
-	}
-	return h.ov.Capacity()
+// scratch is one request's working memory, pooled: a request allocates
+// none of it.
+type scratch struct {
+	hits   []hit
+	keys   []string // one descriptor's entry keys
+	values []string // and values, as its rule counts them
+	path   []*branch
+	buf    []byte
+	chosen []int32 // per descriptor: the hit its status comes from, or -1
+	quota  []uint8 // per descriptor: quotaApplies | quotaOver
+	held   []*overrideRule
+}
+
+const (
+	quotaApplies = 1 << iota
+	quotaOver
+)
+
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{keys: make([]string, 0, MaxEntries), values: make([]string, 0, MaxEntries), buf: make([]byte, 0, 128)}
+}}
+
+// put returns s to the pool, dropping the hits' keys and decisions and the
+// override rules. (keys, values and path keep pointing into the last
+// request until the next overwrites them.)
+func (s *scratch) put() {
+	clear(s.hits)
+	clear(s.held)
+	s.hits, s.held = s.hits[:0], s.held[:0]
+	scratchPool.Put(s)
 }
 
 // Decide answers req at now (stamped once by the caller). It returns an
@@ -42,28 +64,40 @@ func (h *hit) capacity() int64 {
 // error (wrapping gale.ErrStore) when a limit whose policy is "error" cannot
 // reach the store; then nothing the request took is kept.
 func (e *Engine) Decide(ctx context.Context, req *Request, now time.Time) (*Response, error) {
-	if err := validate(req); err != nil {
+	resp := &Response{}
+	if err := e.DecideInto(ctx, req, now, resp); err != nil {
 		return nil, err
 	}
-	c := e.cur.Load()
-	if c.domains[req.Domain] == nil {
-		e.noteUnknownDomain(req.Domain, now)
-	}
-	for attempt := 0; ; attempt++ {
-		resp, err := e.decide(ctx, c, req, now)
-		// A reload retired a limiter while this request used it: answer
-		// again from the policy now in place.
-		if errors.Is(err, gale.ErrClosed) && attempt < 3 {
-			c = e.cur.Load()
-			continue
-		}
-		return resp, err
-	}
+	return resp, nil
 }
 
-func (e *Engine) decide(ctx context.Context, c *compiled, req *Request, now time.Time) (*Response, error) {
-	hits := e.match(c, req)
-	hits = applyReplaces(hits)
+// DecideInto is Decide writing its answer into resp, whose Statuses and
+// QuotaViolations it reuses (resetting every field): a caller that keeps
+// its Responses (a sync.Pool of them, say) answers a request without
+// allocating one. On error resp holds nothing of use.
+func (e *Engine) DecideInto(ctx context.Context, req *Request, now time.Time, resp *Response) error {
+	if err := validate(req); err != nil {
+		return err
+	}
+	c, err := e.acquire()
+	if err != nil {
+		return err
+	}
+	s := scratchPool.Get().(*scratch)
+	defer e.done(c, s)
+	root := c.domains[req.Domain]
+	if root == nil {
+		e.noteUnknownDomain(req.Domain, now)
+	}
+	if err := e.match(s, root, req); err != nil {
+		return err
+	}
+	s.hits = applyReplaces(s.hits)
+	return e.decide(ctx, s, req, now, resp)
+}
+
+func (e *Engine) decide(ctx context.Context, s *scratch, req *Request, now time.Time, resp *Response) error {
+	hits := s.hits
 	if len(hits) > 1 {
 		// --store-timeout bounds the request, not each store call: its
 		// limits share one deadline instead of waiting a timeout each,
@@ -73,135 +107,157 @@ func (e *Engine) decide(ctx context.Context, c *compiled, req *Request, now time
 	}
 	// Fair limits cannot give units back, so they are asked last, and only
 	// when no other limit has already denied the request.
-	isFair := func(h *hit) bool { return h.r != nil && h.r.fair != nil }
 	denied := false
 	for j := range hits {
 		h := &hits[j]
-		if isFair(h) {
+		if h.fair() {
 			continue
 		}
 		if err := e.evaluate(ctx, req, h, now); err != nil {
 			e.refund(ctx, hits, now)
-			return nil, err
+			return err
 		}
 		denied = denied || (h.over && !h.shadow() && !h.quota())
 	}
 	for j := range hits {
 		h := &hits[j]
 		switch {
-		case !isFair(h):
+		case !h.fair():
 		case denied:
 			h.status = Status{Code: CodeOK, Limit: &h.r.info} // not asked: the request is denied anyway
 		default:
 			if err := e.evaluate(ctx, req, h, now); err != nil {
 				e.refund(ctx, hits, now)
-				return nil, err
+				return err
 			}
 		}
 	}
-	resp := &Response{Code: CodeOK, Statuses: make([]Status, len(req.Descriptors)), HeaderStatus: -1}
+	statuses := resp.Statuses[:0]
+	if cap(statuses) < len(req.Descriptors) {
+		statuses = make([]Status, 0, len(req.Descriptors))
+	}
+	*resp = Response{Code: CodeOK, Statuses: statuses, HeaderStatus: -1, QuotaViolations: resp.QuotaViolations[:0]}
 	hard := false
-	var quotaDescs, quotaOver map[int]bool
+	s.quota = s.quota[:0]
+	quotas, quotasOver := 0, 0
 	for j := range hits {
 		h := &hits[j]
 		switch {
 		case h.quota():
-			if quotaDescs == nil {
-				quotaDescs, quotaOver = map[int]bool{}, map[int]bool{}
+			if len(s.quota) == 0 {
+				s.quota = slices.Grow(s.quota, len(req.Descriptors))[:len(req.Descriptors)]
+				clear(s.quota)
 			}
-			quotaDescs[h.desc] = true
-			if h.over {
-				quotaOver[h.desc] = true
+			q := &s.quota[h.desc]
+			if *q&quotaApplies == 0 {
+				quotas++
 			}
+			if h.over && *q&quotaOver == 0 {
+				quotasOver++
+				*q |= quotaOver
+			}
+			*q |= quotaApplies
 		case h.over && !h.shadow():
 			hard = true
 		}
 	}
-	if len(quotaDescs) > 0 {
+	if quotas > 0 {
 		resp.QuotaMode = true
-		for i := range req.Descriptors {
-			if quotaOver[i] {
+		for i, q := range s.quota {
+			if q&quotaOver != 0 {
 				resp.QuotaViolations = append(resp.QuotaViolations, i)
 			}
 		}
 	}
-	if hard || (len(quotaDescs) > 0 && len(quotaOver) == len(quotaDescs)) {
+	if hard || (quotas > 0 && quotasOver == quotas) {
 		resp.Code = CodeOverLimit
 		e.refund(ctx, hits, now)
 	}
-	e.statuses(req, hits, resp)
+	e.statuses(s, req, resp)
 	e.record(req, hits)
-	return resp, nil
+	return nil
 }
 
-// match finds every limit that applies to each descriptor of req.
-func (e *Engine) match(c *compiled, req *Request) []hit {
-	hits := make([]hit, 0, len(req.Descriptors))
-	root := c.domains[req.Domain]
-	var path []*branch
-	keys := make([]string, 0, MaxEntries)
-	values := make([]string, 0, MaxEntries)
-	buf := make([]byte, 0, 128)
+// match finds every limit that applies to each descriptor of req, in s.hits,
+// with root the tree of req's domain (nil: none). The rules of the
+// descriptors' overrides it takes are held in s.held until
+// done.
+func (e *Engine) match(s *scratch, root *node, req *Request) error {
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		cost := req.cost(d)
-		keys, values = keys[:0], values[:0]
+		keys, values := s.keys[:0], s.values[:0]
 		if o := d.Override; o != nil {
+			r, err := e.acquireOverride(*o)
+			if err != nil {
+				return err
+			}
+			s.held = append(s.held, r)
 			for _, en := range d.Entries {
 				keys, values = append(keys, en.Key), append(values, en.Value)
 			}
-			h := hit{desc: i, cost: cost, ovInfo: LimitInfo{Unit: o.Unit, RequestsPerUnit: o.RequestsPerUnit, UnitMultiplier: 1}}
-			h.ov = gale.Rule{Algorithm: gale.FixedWindow, Limit: int64(o.RequestsPerUnit), Period: o.Unit.Duration()}
-			h.key = counterKey(buf, req.Domain, "override:"+string(o.Unit)+":"+strconv.FormatUint(uint64(o.RequestsPerUnit), 10), keys, values)
-			hits = append(hits, h)
+			s.buf = appendKey(s.buf[:0], req.Domain, r.id, keys, values)
+			s.hits = append(s.hits, hit{desc: i, r: &r.rule, cost: cost, key: string(s.buf)})
 			continue
 		}
 		if root == nil {
 			continue
 		}
 		var b *branch
-		b, path = root.match(d.Entries, path[:0])
+		b, s.path = root.match(d.Entries, s.path[:0])
 		if b == nil {
 			continue
 		}
 		for k, en := range d.Entries {
 			v := en.Value
-			if path[k].share {
-				v = path[k].value
+			if s.path[k].share {
+				v = s.path[k].value
 			}
-			keys, values = append(keys, en.Key), append(values, v)
+			values = append(values, v)
 		}
 		for _, r := range b.rules {
 			h := hit{desc: i, r: r, cost: cost}
 			switch {
 			case r.fair != nil:
 				// One counter for every tenant: the tenant's value is left
-				// out of the key and decides the share instead.
+				// out of the counter's key and decides the share instead.
 				lv := r.fair.level
-				h.tenant, values[lv] = values[lv], ""
-				h.key = counterKey(buf, req.Domain, r.id, keys, values)
-				values[lv] = h.tenant
-			case r.limiter != nil:
-				h.key = counterKey(buf, req.Domain, r.id, keys, values)
+				tenant := values[lv]
+				values[lv] = ""
+				s.buf = appendRuleKey(s.buf[:0], r.keyPrefix, s.path, values)
+				s.buf = appendField(s.buf, tenant)
+				values[lv] = tenant
+				h.key = string(s.buf)
+			case r.lim != nil:
+				s.buf = appendRuleKey(s.buf[:0], r.keyPrefix, s.path, values)
+				h.key = string(s.buf)
 			}
-			hits = append(hits, h)
+			s.hits = append(s.hits, h)
 		}
 	}
-	return hits
+	return nil
+}
+
+// done ends a request: it releases the override rules match took and the
+// policy, and returns s to the pool.
+func (e *Engine) done(c *compiled, s *scratch) {
+	for _, r := range s.held {
+		e.releaseOverride(r)
+	}
+	s.put()
+	c.release()
 }
 
 // applyReplaces drops every limit that another applying limit replaces (by
 // name), as envoyproxy/ratelimit does.
 func applyReplaces(hits []hit) []hit {
 	var replaced map[string]bool
-	for _, h := range hits {
-		if h.r != nil {
-			for _, n := range h.r.replaces {
-				if replaced == nil {
-					replaced = map[string]bool{}
-				}
-				replaced[n] = true
+	for j := range hits {
+		for _, n := range hits[j].r.replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
 			}
+			replaced[n] = true
 		}
 	}
 	if replaced == nil {
@@ -209,60 +265,44 @@ func applyReplaces(hits []hit) []hit {
 	}
 	kept := hits[:0]
 	for _, h := range hits {
-		if h.r == nil || h.r.name == "" || !replaced[h.r.name] {
+		if h.r.name == "" || !replaced[h.r.name] {
 			kept = append(kept, h)
 		}
 	}
+	clear(hits[len(kept):])
 	return kept
 }
 
 // evaluate asks h's limit.
 func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Time) error {
-	info := h.ovInfo
-	if h.r != nil {
-		info = h.r.info
-	}
+	r := h.r
 	switch {
-	case h.r != nil && h.r.unlimited:
+	case r.unlimited:
 		// As envoyproxy/ratelimit: OK, no current limit, MaxUint32 remaining.
 		h.status = Status{Code: CodeOK, Remaining: math.MaxUint32}
 		return nil
-	case (h.r != nil && h.r.blocked) || (h.r == nil && h.ov.Limit == 0):
+	case r.blocked:
 		// Nothing is counted: the reset reported is the end of the unit's
 		// window, on Unix time as every counted limit's window is
 		// (time.Truncate would align it on Go's zero time instead).
-		window := h.ov
-		if h.r != nil {
-			window = gale.Rule{Algorithm: gale.FixedWindow, Period: h.r.info.Unit.Duration() * time.Duration(h.r.info.UnitMultiplier)}
-		}
+		window := gale.Rule{Algorithm: gale.FixedWindow, Period: r.info.Unit.Duration() * time.Duration(r.info.UnitMultiplier)}
 		_, end := window.WindowBounds(now.UnixMicro())
 		h.over = true
-		h.status = Status{Code: CodeOverLimit, Limit: &info, UntilReset: time.UnixMicro(end).Sub(now)}
+		h.status = Status{Code: CodeOverLimit, Limit: &r.info, UntilReset: time.UnixMicro(end).Sub(now)}
 		return nil
 	case req.Descriptors[h.desc].Negative:
-		h.status = Status{Code: CodeOK, Limit: &info}
-		return e.giveBack(ctx, h, now)
+		// The units the key consumed in the window in place at now go
+		// back, never more than it consumed.
+		h.status = Status{Code: CodeOK, Limit: &r.info}
+		_, err := r.lim.GiveBack(ctx, h.key, h.cost, now)
+		return err
 	}
-	var d gale.Decision
-	var err error
-	if h.r != nil && h.r.fair != nil {
-		return e.evaluateFair(ctx, h, &info, now)
-	}
-	if h.r != nil {
-		d, err = h.r.limiter.Check(ctx, h.key, h.cost, now)
-	} else {
-		sctx, cancel := gale.StoreContext(ctx, e.storeTimeout())
-		d, err = e.store.Check(sctx, h.key, h.ov, h.cost, now)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			err = errors.Join(gale.ErrStore, err)
-		}
-	}
+	d, err := r.lim.Check(ctx, h.key, h.cost, now)
 	if err != nil {
 		return err
 	}
 	h.d, h.took, h.over = d, d.Allowed && !d.Fallback, !d.Allowed
-	h.status = Status{Code: CodeOK, Limit: &info, Remaining: clampUint32(d.Remaining), UntilReset: max(d.ResetAt.Sub(now), 0)}
+	h.status = Status{Code: CodeOK, Limit: &r.info, Remaining: clampUint32(d.Remaining), UntilReset: max(d.ResetAt.Sub(now), 0)}
 	if h.over {
 		h.status.Remaining = 0 // as envoyproxy/ratelimit reports an exhausted limit
 		if !h.shadow() {
@@ -276,26 +316,9 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 	return nil
 }
 
-// giveBack applies a negative hit: units the key consumed in the window in
-// place at now go back to it, never more than it consumed (gale's
-// Limiter.GiveBack; for a request's override limit, the store's count).
-func (e *Engine) giveBack(ctx context.Context, h *hit, now time.Time) error {
-	if h.r != nil {
-		_, err := h.r.limiter.GiveBack(ctx, h.key, h.cost, now)
-		return err
-	}
-	var end time.Time
-	if _, we := h.ov.WindowBounds(now.UnixMicro()); we != 0 {
-		end = time.UnixMicro(we)
-	}
-	sctx, cancel := gale.StoreContext(ctx, e.storeTimeout())
-	defer cancel()
-	return e.store.Return(sctx, h.key, h.ov, h.cost, end, now)
-}
-
-// refund gives back what the hits took: the request is not admitted (or
-// failed), so it consumes nothing. Refund failures only under-admit; they
-// are logged, not returned.
+// refund gives back what the hits took, each to the window its decision
+// names: the request is not admitted (or failed), so it consumes nothing.
+// Refund failures only under-admit; they are logged, not returned.
 func (e *Engine) refund(ctx context.Context, hits []hit, now time.Time) {
 	for j := range hits {
 		h := &hits[j]
@@ -303,42 +326,43 @@ func (e *Engine) refund(ctx context.Context, hits []hit, now time.Time) {
 			continue
 		}
 		h.took = false
-		var err error
-		if h.r != nil {
-			err = h.r.limiter.Refund(ctx, h.key, h.cost, h.d, now)
-		} else {
-			sctx, cancel := gale.StoreContext(ctx, e.storeTimeout())
-			err = e.store.Return(sctx, h.key, h.ov, h.cost, h.d.WindowEnd, now)
-			cancel()
+		err := h.r.lim.Refund(ctx, h.key, h.cost, h.d, now)
+		if errors.Is(err, errNoRefund) {
+			continue
 		}
 		if err != nil {
 			e.log.Warn("refund failed: the request's other limits keep its units until their window ends", "err", err)
 			continue
 		}
-		h.status.Remaining = clampUint32(min(int64(h.status.Remaining)+h.cost, h.capacity()))
+		h.status.Remaining = clampUint32(min(int64(h.status.Remaining)+h.cost, h.r.galeRule.Capacity()))
 	}
 }
 
 // statuses picks each descriptor's status — an over-limit one first, then
 // the one with the least remaining — and the one the headers report.
-func (e *Engine) statuses(req *Request, hits []hit, resp *Response) {
-	chosen := make([]*hit, len(req.Descriptors))
+func (e *Engine) statuses(s *scratch, req *Request, resp *Response) {
+	hits := s.hits
+	s.chosen = s.chosen[:0]
+	for range req.Descriptors {
+		s.chosen = append(s.chosen, -1)
+	}
 	for j := range hits {
 		h := &hits[j]
-		if cur := chosen[h.desc]; cur == nil || closer(&h.status, &cur.status) {
-			chosen[h.desc] = h
+		if cur := s.chosen[h.desc]; cur < 0 || closer(&h.status, &hits[cur].status) {
+			s.chosen[h.desc] = int32(j)
 		}
 	}
-	for i, h := range chosen {
-		if h == nil {
-			resp.Statuses[i] = Status{Code: CodeOK}
+	for i, j := range s.chosen {
+		if j < 0 {
+			resp.Statuses = append(resp.Statuses, Status{Code: CodeOK})
 			continue
 		}
-		resp.Statuses[i] = h.status
-		if h.status.Limit == nil {
+		st := &hits[j].status
+		resp.Statuses = append(resp.Statuses, *st)
+		if st.Limit == nil {
 			continue // unlimited: nothing to put in the RateLimit-* headers
 		}
-		if resp.HeaderStatus < 0 || closer(&h.status, &resp.Statuses[resp.HeaderStatus]) {
+		if resp.HeaderStatus < 0 || closer(st, &resp.Statuses[resp.HeaderStatus]) {
 			resp.HeaderStatus = i
 		}
 	}

@@ -49,8 +49,11 @@ type Engine struct {
 	bg    context.Context
 	log   *slog.Logger
 
-	cur    atomic.Pointer[compiled]
-	loadMu sync.Mutex // serialises Load and Close
+	cur       atomic.Pointer[compiled]
+	loadMu    sync.Mutex // serialises Load and Close
+	closed    bool       // guarded by loadMu
+	handover  handover   // retired policies' limiters, closed once unused
+	overrides overrides
 
 	statsMu sync.Mutex
 	stats   map[RuleRef]*ruleStats // survive reloads, so counters never go back
@@ -67,7 +70,7 @@ func New(opts Options) (*Engine, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{opts: opts, store: opts.Store, bg: context.Background(), log: log, stats: map[RuleRef]*ruleStats{}}
-	e.cur.Store(&compiled{set: &policy.Set{}, domains: map[string]*node{}})
+	e.cur.Store(e.newCompiled(&policy.Set{}, 0))
 	return e, nil
 }
 
@@ -81,24 +84,27 @@ func (e *Engine) Check(set *policy.Set) error {
 // Load compiles set and swaps it in. On error the current policy stays in
 // place and the error lists every problem (policy.Errors). Limiters of rules
 // that are unchanged keep their state; those of rules that changed or
-// vanished are closed once the swap is done, returning their leased credits.
+// vanished are closed, returning their leased credits, once no request uses
+// them: before Load returns when no request is in flight, else when the
+// last request that could use them has finished (see handover.go).
 func (e *Engine) Load(ctx context.Context, set *policy.Set) error {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
+	if e.closed {
+		return errEngineClosed
+	}
 	prev := e.cur.Load()
 	c, retired, err := e.compile(set, prev, true)
 	if err != nil {
 		return err
 	}
 	e.cur.Store(c)
-	var errs []error
+	limiters := make([]*gale.Limiter, 0, len(retired))
 	for _, l := range retired {
-		if err := l.Close(ctx); err != nil {
-			errs = append(errs, err)
-		}
+		limiters = append(limiters, l)
 	}
-	if len(errs) > 0 {
-		e.log.Warn("returning leased credits of replaced rules failed", "err", errors.Join(errs...))
+	if err := e.retire(ctx, prev, limiters); err != nil {
+		e.log.Warn("returning leased credits of replaced rules failed", "err", err)
 	}
 	return nil
 }
@@ -107,12 +113,21 @@ func (e *Engine) Load(ctx context.Context, set *policy.Set) error {
 func (e *Engine) Policy() *policy.Set { return e.cur.Load().set }
 
 // Close closes every limiter, returning leased credits. The engine answers
-// no request afterwards.
+// no request afterwards; requests still in flight may fail with
+// gale.ErrClosed.
 func (e *Engine) Close(ctx context.Context) error {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
 	c := e.cur.Load()
+	c.users.Add(-retiredBias) // acquire fails from now on
 	var errs []error
+	if err := closeLimiters(ctx, e.handover.closeAll()); err != nil {
+		errs = append(errs, err)
+	}
 	for _, r := range c.rules {
 		if r.limiter != nil {
 			if err := r.limiter.Close(ctx); err != nil {
@@ -120,6 +135,7 @@ func (e *Engine) Close(ctx context.Context) error {
 			}
 		}
 	}
+	e.overrides.close()
 	return errors.Join(errs...)
 }
 

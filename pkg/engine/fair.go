@@ -2,9 +2,9 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,11 +21,15 @@ const (
 
 // fairRule shares a rule's limit among tenants (pkg/gale/fair): one escrow
 // per counter key, each leasing its budget from the store, so a fleet stays
-// within the limit.
+// within the limit. It is the rule's limit: its keys carry the tenant as a
+// last field (fairKey).
 type fairRule struct {
 	cfg     fair.Config
 	level   int // the descriptor level whose value names the tenant
 	quantum int64
+	store   gale.Store
+	timeout time.Duration    // each store call's bound
+	onError gale.ErrorPolicy // the descriptor's on_store_error
 	mu      sync.Mutex
 	escrows map[string]*fair.Shared // at most maxFairKeys
 }
@@ -40,11 +44,19 @@ func (e *Engine) newFairRule(r *rule, fz *policy.Fairness, keys []string) (*fair
 	if _, err := fair.New(cfg); err != nil {
 		return nil, err
 	}
-	return &fairRule{cfg: cfg, level: level, quantum: max(1, r.galeRule.Limit/20), escrows: map[string]*fair.Shared{}}, nil
+	return &fairRule{
+		cfg:     cfg,
+		level:   level,
+		quantum: max(1, r.galeRule.Limit/20),
+		store:   e.store,
+		timeout: e.storeTimeout(),
+		onError: errorPolicy(r.onError),
+		escrows: map[string]*fair.Shared{},
+	}, nil
 }
 
 // escrow returns the escrow of one counter key.
-func (f *fairRule) escrow(store gale.Store, key string) (*fair.Shared, error) {
+func (f *fairRule) escrow(key string) (*fair.Shared, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if s := f.escrows[key]; s != nil {
@@ -56,12 +68,48 @@ func (f *fairRule) escrow(store gale.Store, key string) (*fair.Shared, error) {
 			break
 		}
 	}
-	s, err := fair.NewShared(f.cfg, store, key, f.quantum)
+	key = strings.Clone(key) // a substring of the request's key: keep only the counter's
+	s, err := fair.NewShared(f.cfg, f.store, key, f.quantum)
 	if err != nil {
 		return nil, err
 	}
 	f.escrows[key] = s
 	return s, nil
+}
+
+// Check admits cost units for the tenant key names from its counter's
+// escrow, or nothing. A denial's RetryAfter is the end of the window: the
+// escrow cannot say sooner.
+func (f *fairRule) Check(ctx context.Context, key string, cost int64, now time.Time) (gale.Decision, error) {
+	counter, tenant := splitTenant(key)
+	s, err := f.escrow(counter)
+	if err != nil {
+		return gale.Decision{}, err
+	}
+	sctx, cancel := gale.StoreContext(ctx, f.timeout)
+	fd, err := s.Decide(sctx, tenant, cost, now)
+	cancel()
+	if err != nil {
+		return storeFailed(ctx, f.onError, f.cfg.Limit, err)
+	}
+	// WindowEnd stays zero: Refund gives nothing back, so no window needs
+	// naming.
+	d := gale.Decision{Allowed: fd.Allowed, Limit: f.cfg.Limit, Remaining: fd.Remaining, ResetAt: fd.ResetAt}
+	if !d.Allowed {
+		d.RetryAfter = max(fd.ResetAt.Sub(now), 0)
+	}
+	return d, nil
+}
+
+// Refund returns errNoRefund: an escrow keeps what it admitted, which is why
+// fair rules are asked last, once no other limit has denied the request.
+func (f *fairRule) Refund(context.Context, string, int64, gale.Decision, time.Time) error {
+	return errNoRefund
+}
+
+// GiveBack gives nothing back: an escrow keeps what it admitted.
+func (f *fairRule) GiveBack(context.Context, string, int64, time.Time) (int64, error) {
+	return 0, nil
 }
 
 // shares sums the tenants' shares over every counter, at most
@@ -83,37 +131,4 @@ func (f *fairRule) shares() map[string]int64 {
 		}
 	}
 	return out
-}
-
-// evaluateFair asks a fair rule for the hit's tenant.
-func (e *Engine) evaluateFair(ctx context.Context, h *hit, info *LimitInfo, now time.Time) error {
-	s, err := h.r.fair.escrow(e.store, h.key)
-	if err != nil {
-		return err
-	}
-	sctx, cancel := gale.StoreContext(ctx, e.storeTimeout())
-	d, err := s.Decide(sctx, h.tenant, h.cost, now)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		// The descriptor's on_store_error decides, as for every other rule.
-		switch h.r.onError {
-		case policy.OnErrorAllow:
-			h.status = Status{Code: CodeOK, Limit: info}
-			return nil
-		case policy.OnErrorDeny:
-			h.over = true
-			h.status = Status{Code: CodeOverLimit, Limit: info}
-			return nil
-		}
-		return errors.Join(gale.ErrStore, err)
-	}
-	h.over = !d.Allowed
-	h.status = Status{Code: CodeOK, Limit: info, Remaining: clampUint32(d.Remaining), UntilReset: max(d.ResetAt.Sub(now), 0)}
-	if h.over {
-		h.status.Code, h.status.Remaining = CodeOverLimit, 0
-	}
-	return nil
 }

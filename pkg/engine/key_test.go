@@ -69,3 +69,64 @@ func naiveGlob(p, s string) bool {
 	}
 	return s != "" && s[0] == p[0] && naiveGlob(p[1:], s[1:])
 }
+
+// TestSplitTenantUndoesTheTenantField: a fair rule's key is its counter's
+// key and the tenant as one more field; splitTenant gives both back, for
+// values made of the bytes that break naive parsers.
+func TestSplitTenantUndoesTheTenantField(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	alphabet := []byte("ab:_0123456789\x00")
+	word := func() string {
+		b := make([]byte, rng.IntN(14))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	for i := 0; i < 100000; i++ {
+		n := 1 + rng.IntN(3)
+		keys, values := make([]string, n), make([]string, n)
+		for j := range keys {
+			keys[j], values[j] = word(), word()
+		}
+		counter := string(appendKey(nil, word(), word(), keys, values))
+		tenant := word()
+		gotCounter, gotTenant := splitTenant(string(appendField([]byte(counter), tenant)))
+		if gotCounter != counter || gotTenant != tenant {
+			t.Fatalf("split(%q + %q) = %q, %q", counter, tenant, gotCounter, gotTenant)
+		}
+	}
+	for _, bad := range []string{"", "x", "3:ab", ":", "99999999999999999999:a"} {
+		if c, tn := splitTenant(bad); c != bad || tn != "" {
+			t.Fatalf("split(%q) = %q, %q; want it whole", bad, c, tn)
+		}
+	}
+}
+
+// TestRuleKeyIsCounterKey: the key built from what compile encodes once (a
+// rule's prefix, its branches' key fields) is byte for byte the counter key
+// of the same domain, rule and entries.
+func TestRuleKeyIsCounterKey(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	alphabet := []byte("ab:_0123456789\x00")
+	word := func() string {
+		b := make([]byte, rng.IntN(14))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	for i := 0; i < 20000; i++ {
+		n := 1 + rng.IntN(4)
+		keys, values, path := make([]string, n), make([]string, n), make([]*branch, n)
+		for j := range keys {
+			keys[j], values[j] = word(), word()
+			path[j] = &branch{key: keys[j], keyField: string(appendField(nil, keys[j]))}
+		}
+		domain, rule := word(), word()
+		prefix := string(appendField(appendField(nil, domain), rule))
+		if got, want := string(appendRuleKey(nil, prefix, path, values)), counterKey(nil, domain, rule, keys, values); got != want {
+			t.Fatalf("rule key %q, counter key %q", got, want)
+		}
+	}
+}

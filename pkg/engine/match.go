@@ -14,6 +14,7 @@ type entryKey struct{ key, value string }
 // branch is one policy descriptor: its limits and its children.
 type branch struct {
 	key, value string
+	keyField   string   // key as a counter key's field (appendField)
 	wild       bool     // value holds '*'
 	parts      []string // value split on '*', for glob
 	share      bool     // share_threshold: every matching value shares one counter

@@ -44,8 +44,8 @@ func (e *Engine) statsFor(ref RuleRef) *ruleStats {
 func (e *Engine) record(req *Request, hits []hit) {
 	for j := range hits {
 		h := &hits[j]
-		if h.r == nil {
-			continue
+		if h.r.stats == nil {
+			continue // a request's override: no rule of the policy to count for
 		}
 		var d Decisions
 		switch {
@@ -60,10 +60,19 @@ func (e *Engine) record(req *Request, hits []hit) {
 			}
 		}
 		s := h.r.stats
-		s.ok.Add(d.OK)
-		s.over.Add(d.OverLimit)
-		s.near.Add(d.NearLimit)
-		s.shadow.Add(d.Shadow)
+		// One atomic add per verdict: these counters are shared by every
+		// request of the rule.
+		switch {
+		case d.Shadow != 0:
+			s.shadow.Add(1)
+		case d.OverLimit != 0:
+			s.over.Add(1)
+		default:
+			s.ok.Add(1)
+			if d.NearLimit != 0 {
+				s.near.Add(1)
+			}
+		}
 		if h.r.metricValue {
 			entries := req.Descriptors[h.desc].Entries
 			s.addValue(entries[len(entries)-1].Value, d)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -25,10 +26,15 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/policy"
 )
 
-// Decider answers rate-limit requests; *engine.Engine is one.
+// Decider answers rate-limit requests into a Response the caller owns (and
+// reuses); *engine.Engine is one.
 type Decider interface {
-	Decide(ctx context.Context, req *engine.Request, now time.Time) (*engine.Response, error)
+	DecideInto(ctx context.Context, req *engine.Request, now time.Time, resp *engine.Response) error
 }
+
+// responses are the engine Responses of requests in progress: each is
+// turned into protobuf, then reused.
+var responses = sync.Pool{New: func() any { return new(engine.Response) }}
 
 // Header names of the rate-limit response headers (envoyproxy/ratelimit's).
 const (
@@ -72,8 +78,9 @@ func (s *RateLimitServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLi
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	resp, err := s.decider.Decide(ctx, ereq, now)
-	if err != nil {
+	resp := responses.Get().(*engine.Response)
+	defer responses.Put(resp)
+	if err := s.decider.DecideInto(ctx, ereq, now, resp); err != nil {
 		return nil, GRPCError(err)
 	}
 	return Response(resp, s.headers), nil

@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+)
+
+// limit answers the checks of one rule for any number of counter keys: a
+// *gale.Limiter for policy rules and for the limits requests carry
+// (overrides), a *fairRule for a rule shared fairly among tenants. The engine
+// asks every rule through it and builds every status from the Decision it
+// returns. Implementations are safe for concurrent use.
+type limit interface {
+	// Check asks whether cost units of key may be admitted at now. A store
+	// failure is answered by the rule's on_store_error (a Decision with
+	// Fallback set) or returned wrapping gale.ErrStore; a caller whose ctx
+	// ended gets ctx.Err().
+	Check(ctx context.Context, key string, cost int64, now time.Time) (gale.Decision, error)
+	// Refund gives back cost units Check admitted with decision d, to the
+	// window d.WindowEnd names and to no other. A limit that cannot give
+	// admitted units back returns errNoRefund.
+	Refund(ctx context.Context, key string, cost int64, d gale.Decision, now time.Time) error
+	// GiveBack applies a negative hit: up to n units key consumed in the
+	// window in place at now go back. It returns how many did.
+	GiveBack(ctx context.Context, key string, n int64, now time.Time) (int64, error)
+}
+
+var (
+	_ limit = (*gale.Limiter)(nil)
+	_ limit = (*fairRule)(nil)
+)
+
+// errNoRefund is returned by the Refund of a limit that keeps what it
+// admitted (a fair rule's escrow): nothing was given back, and nothing
+// failed.
+var errNoRefund = errors.New("engine: this limit keeps what it admitted")
+
+// storeFailed answers a check whose store call failed with err, as
+// on_store_error says — the policy gale.Limiter applies to its own store
+// calls. A caller whose ctx ended gets ctx.Err(), whatever the policy.
+func storeFailed(ctx context.Context, onError gale.ErrorPolicy, limit int64, err error) (gale.Decision, error) {
+	if ctx.Err() != nil {
+		return gale.Decision{}, ctx.Err()
+	}
+	switch onError {
+	case gale.FailOpen:
+		return gale.Decision{Allowed: true, Limit: limit, Fallback: true}, nil
+	case gale.FailClosed:
+		return gale.Decision{Limit: limit, Fallback: true}, nil
+	}
+	return gale.Decision{}, errors.Join(gale.ErrStore, err)
+}
