@@ -31,7 +31,7 @@ func TestAbandonedLeaseCarriesAtMostBatchMinusOne(t *testing.T) {
 
 func testAbandonedLease(t *testing.T, giveUp func() (context.Context, func())) {
 	const batch = 5
-	s := &countingStore{Store: memstore.New(), gate: make(chan struct{})}
+	s := &countingStore{Store: memstore.New(), gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
 	l := newLimiter(t, s, gale.Config{Rule: perMinute(1000), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: batch, Uncoupled: true}, StoreTimeout: time.Minute})
 	w1 := start.Add(59 * time.Second)
 	w2 := start.Add(time.Minute)
@@ -40,9 +40,7 @@ func testAbandonedLease(t *testing.T, giveUp func() (context.Context, func())) {
 	ctx, cancel := giveUp()
 	first := make(chan error, 1)
 	go func() { _, err := l.Check(ctx, "k", 1, w1); first <- err }()
-	if !testenv.Eventually(func() bool { return s.inflight.Load() == 1 }) {
-		t.Fatal("the lease never started")
-	}
+	s.waitArrival(t)
 	cancel()
 	if err := <-first; err == nil {
 		t.Fatal("the cancelled check succeeded")

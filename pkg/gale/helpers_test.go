@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -19,7 +20,28 @@ type countingStore struct {
 	inflight, maxInflight   atomic.Int64
 	failing                 atomic.Bool
 	gate                    chan struct{} // when non-nil, leases wait on it
+	arrived                 chan struct{} // when non-nil, receives once per lease that reaches the store
 	mu                      sync.Mutex
+}
+
+// settle waits for every background lease and return l began to land.
+func settle(t *testing.T, l *gale.Limiter) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Settle(ctx); err != nil {
+		t.Fatalf("background leases still in flight after 10s: %+v", l.Stats())
+	}
+}
+
+// waitArrival waits for a lease to reach c (c.arrived must be set).
+func (c *countingStore) waitArrival(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no lease reached the store in 10s")
+	}
 }
 
 var errDown = errors.New("store is down")
@@ -40,8 +62,11 @@ func (c *countingStore) Lease(ctx context.Context, key string, r gale.Rule, min,
 	if n > c.maxInflight.Load() {
 		c.maxInflight.Store(n)
 	}
-	gate := c.gate
+	gate, arrived := c.gate, c.arrived
 	c.mu.Unlock()
+	if arrived != nil {
+		arrived <- struct{}{}
+	}
 	if gate != nil {
 		select {
 		case <-gate:

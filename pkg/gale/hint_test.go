@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 )
@@ -124,18 +123,15 @@ func retryProperty(t *testing.T, store func() gale.Store, trials int) {
 func TestLeasedRemainingWithinCapacity(t *testing.T) {
 	r := gale.Rule{Algorithm: gale.GCRA, Limit: 100, Period: time.Second, Burst: 20}
 	l := newLimiter(t, memstore.New(), gale.Config{Rule: r, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10, LowWater: 2}, StoreTimeout: 10 * time.Second})
-	settled := func() bool { st := l.Stats(); return st.LeasesGranted == st.LeasesRequested }
 	for i := 0; i < 7; i++ { // a lease of 10, 3 credits left: above the low water
 		if d := mustCheck(t, l, "k", 1, start); !d.Allowed || d.Remaining > r.Capacity() {
 			t.Fatalf("check %d: %+v", i, d)
 		}
-		if !testenv.Eventually(settled) {
-			t.Fatalf("a lease never landed: %+v", l.Stats())
-		}
+		settle(t, l)
 	}
 	later := start.Add(time.Second)
 	mustCheck(t, l, "k", 1, later) // 2 credits left: a refill of 8 starts
-	if !testenv.Eventually(settled) || l.Stats().LeasesRequested != 2 {
+	if settle(t, l); l.Stats().LeasesRequested != 2 {
 		t.Fatalf("no low-water refill landed: %+v", l.Stats())
 	}
 	if d := mustCheck(t, l, "k", 1, later); !d.Allowed || d.Remaining > r.Capacity() {

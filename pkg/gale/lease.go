@@ -123,6 +123,7 @@ func (l *Limiter) startLease(e *entry, st *Step, now time.Time) *leaseCall {
 	l.counters.leasesRequested.Add(1)
 	l.counters.lastBatch.Store(st.Max)
 	l.wg.Add(1)
+	l.bgWork.start()
 	go l.runLease(e, call, st.Lease, st.Min, st.Max, now)
 	return call
 }
@@ -132,6 +133,7 @@ func (l *Limiter) startLease(e *entry, st *Step, now time.Time) *leaseCall {
 // the request that started it went away.
 func (l *Limiter) runLease(e *entry, call *leaseCall, id uint64, min, max int64, now time.Time) {
 	defer l.wg.Done()
+	defer l.bgWork.done() // after the grant has landed
 	ctx, cancel := context.WithTimeout(l.bg, l.timeout)
 	g, err := l.store.Lease(ctx, e.key, l.rule, min, max, now)
 	cancel()
@@ -161,8 +163,10 @@ func (l *Limiter) returnLater(r returned) {
 		return
 	}
 	l.wg.Add(1)
+	l.bgWork.start()
 	go func() {
 		defer l.wg.Done()
+		defer l.bgWork.done()
 		ctx, cancel := context.WithTimeout(l.bg, l.timeout)
 		defer cancel()
 		if err := l.store.Return(ctx, r.key, l.rule, r.Credits, r.WindowEnd, r.At); err != nil {

@@ -152,6 +152,7 @@ type Limiter struct {
 	bg       context.Context // parent of background store calls; cancelled by Close
 	cancelBg context.CancelFunc
 	wg       sync.WaitGroup // background leases, returns and the sweeper
+	bgWork   background     // background leases and returns in flight (Settle)
 	closed   atomic.Bool
 	stop     chan struct{} // closed by Close to end the sweeper
 

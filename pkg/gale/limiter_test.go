@@ -239,11 +239,11 @@ func TestStoreErrorPolicies(t *testing.T) {
 }
 
 func TestCancelledCallerGetsContextError(t *testing.T) {
-	s := &countingStore{Store: memstore.New(), gate: make(chan struct{})}
+	s := &countingStore{Store: memstore.New(), gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
 	l := newLimiter(t, s, gale.Config{Rule: perMinute(10), Mode: gale.Leased, OnStoreError: gale.FailOpen})
 	ctx, cancel := context.WithCancel(bg)
 	go func() {
-		testenv.Eventually(func() bool { return s.inflight.Load() == 1 })
+		<-s.arrived // the lease is at the store
 		cancel()
 	}()
 	if _, err := l.Check(ctx, "k", 1, start); !errors.Is(err, context.Canceled) {
@@ -251,8 +251,8 @@ func TestCancelledCallerGetsContextError(t *testing.T) {
 	}
 	close(s.gate)
 	// The grant still lands for the next caller.
-	if !testenv.Eventually(func() bool { return l.Stats().LeasesGranted == 1 }) {
-		t.Fatal("lease never landed")
+	if settle(t, l); l.Stats().LeasesGranted != 1 {
+		t.Fatalf("lease never landed: %+v", l.Stats())
 	}
 	if d := mustCheck(t, l, "k", 1, start); !d.Allowed || s.leases.Load() != 1 {
 		t.Fatalf("abandoned lease lost: %+v, leases %d", d, s.leases.Load())
@@ -321,7 +321,7 @@ func TestLowWaterRefillsInTheBackground(t *testing.T) {
 	for i := 0; i < 7; i++ {
 		mustCheck(t, l, "k", 1, start) // the 7th leaves 3: a refill starts
 	}
-	if !testenv.Eventually(func() bool { return l.Stats().LeasesGranted == 2 }) {
+	if settle(t, l); l.Stats().LeasesGranted != 2 {
 		t.Fatalf("no background refill: %+v", l.Stats())
 	}
 	// 13 credits held: served without waiting; the refill at 3 left is in
