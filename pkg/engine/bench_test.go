@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
@@ -17,12 +18,21 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000000}
 `
 
-func benchEngine(b *testing.B, mode string) *engine.Engine {
+func benchEngine(b *testing.B, mode string, opts engine.Options) *engine.Engine {
 	src := benchPolicy
 	if mode == "leased" {
 		src += "    lease: {batch: 100000}\n"
 	}
-	return newEngine(b, memstore.New(), map[string]string{"edge.yaml": strings.ReplaceAll(src, "%MODE%", mode)})
+	opts.Store = memstore.New()
+	e, err := engine.New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := e.Load(bg, load(b, map[string]string{"edge.yaml": strings.ReplaceAll(src, "%MODE%", mode)})); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.Close(bg) })
+	return e
 }
 
 // BenchmarkDecide is one ShouldRateLimit's worth of engine work: match a
@@ -32,7 +42,7 @@ func benchEngine(b *testing.B, mode string) *engine.Engine {
 func BenchmarkDecide(b *testing.B) {
 	for _, mode := range []string{"strict", "leased"} {
 		b.Run(mode, func(b *testing.B) {
-			e := benchEngine(b, mode)
+			e := benchEngine(b, mode, engine.Options{})
 			r := req("edge", "remote_address=10.0.0.1")
 			var resp engine.Response
 			b.ReportAllocs()
@@ -46,7 +56,7 @@ func BenchmarkDecide(b *testing.B) {
 	// Decide itself: a new Response per request.
 	for _, mode := range []string{"strict", "leased"} {
 		b.Run(mode+"/new-response", func(b *testing.B) {
-			e := benchEngine(b, mode)
+			e := benchEngine(b, mode, engine.Options{})
 			r := req("edge", "remote_address=10.0.0.1")
 			b.ReportAllocs()
 			for b.Loop() {
@@ -57,10 +67,13 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 	// As many goroutines as the RLS bench's callers (ghz -c 50), all on one
-	// descriptor: the same counter, the same store shard or L1 entry.
+	// descriptor: the same counter, the same store shard or L1 entry. The
+	// store timeout is long: 25 goroutines per P that never block wait up to
+	// 25 preemption slices (10ms each) between taking a store deadline and
+	// using it, and the default 50ms would expire.
 	for _, mode := range []string{"strict", "leased"} {
 		b.Run(mode+"/parallel", func(b *testing.B) {
-			e := benchEngine(b, mode)
+			e := benchEngine(b, mode, engine.Options{StoreTimeout: time.Minute})
 			b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
