@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -27,12 +29,25 @@ func TestFirstTenMinutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := firstTenMinutes(t, string(readme))
+	// The session serves on the default ports: another server there would
+	// answer its probes instead.
+	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.1:8081"} {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			t.Fatalf("%s is in use: the README's session serves there; stop what listens on it", addr)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tmp := t.TempDir()
 	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", script)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	// On a timeout, end the whole session: serve and the held probe run in
+	// the background of bash, whose EXIT trap a kill would skip.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	log, _ := os.ReadFile(filepath.Join(tmp, "tk.log"))
 	if err != nil {
@@ -44,6 +59,7 @@ func TestFirstTenMinutes(t *testing.T) {
 		"policy error",
 		"^",
 		"rejected by gate checkout: 503, concurrency limit 1 reached",
+		"exit 3\n",
 	} {
 		if !strings.Contains(string(out)+string(log), want) {
 			t.Errorf("the session never shows %q:\n%s\nserve's log:\n%s", want, out, log)
