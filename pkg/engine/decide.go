@@ -15,7 +15,7 @@ import (
 type hit struct {
 	r      *rule // a policy rule, or the rule of a request's override
 	desc   int
-	key    string
+	key    []byte // the counter key, in the request's scratch arena
 	cost   int64
 	d      gale.Decision
 	over   bool // the limit denied
@@ -34,7 +34,7 @@ type scratch struct {
 	keys   []string // one descriptor's entry keys
 	values []string // and values, as its rule counts them
 	path   []*branch
-	buf    []byte
+	buf    []byte  // the counter keys of the request's hits, one after another
 	chosen []int32 // per descriptor: the hit its status comes from, or -1
 	quota  []uint8 // per descriptor: quotaApplies | quotaOver
 	held   []*overrideRule
@@ -55,7 +55,7 @@ var scratchPool = sync.Pool{New: func() any {
 func (s *scratch) put() {
 	clear(s.hits)
 	clear(s.held)
-	s.hits, s.held = s.hits[:0], s.held[:0]
+	s.hits, s.held, s.buf = s.hits[:0], s.held[:0], s.buf[:0]
 	scratchPool.Put(s)
 }
 
@@ -196,8 +196,9 @@ func (e *Engine) match(s *scratch, root *node, req *Request) error {
 			for _, en := range d.Entries {
 				keys, values = append(keys, en.Key), append(values, en.Value)
 			}
-			s.buf = appendKey(s.buf[:0], req.Domain, r.id, keys, values)
-			s.hits = append(s.hits, hit{desc: i, r: &r.rule, cost: cost, key: string(s.buf)})
+			at := len(s.buf)
+			s.buf = appendKey(s.buf, req.Domain, r.id, keys, values)
+			s.hits = append(s.hits, hit{desc: i, r: &r.rule, cost: cost, key: s.buf[at:len(s.buf):len(s.buf)]})
 			continue
 		}
 		if root == nil {
@@ -224,13 +225,15 @@ func (e *Engine) match(s *scratch, root *node, req *Request) error {
 				lv := r.fair.level
 				tenant := values[lv]
 				values[lv] = ""
-				s.buf = appendRuleKey(s.buf[:0], r.keyPrefix, s.path, values)
+				at := len(s.buf)
+				s.buf = appendRuleKey(s.buf, r.keyPrefix, s.path, values)
 				s.buf = appendField(s.buf, tenant)
 				values[lv] = tenant
-				h.key = string(s.buf)
+				h.key = s.buf[at:len(s.buf):len(s.buf)]
 			case r.lim != nil:
-				s.buf = appendRuleKey(s.buf[:0], r.keyPrefix, s.path, values)
-				h.key = string(s.buf)
+				at := len(s.buf)
+				s.buf = appendRuleKey(s.buf, r.keyPrefix, s.path, values)
+				h.key = s.buf[at:len(s.buf):len(s.buf)]
 			}
 			s.hits = append(s.hits, h)
 		}
@@ -294,10 +297,10 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 		// The units the key consumed in the window in place at now go
 		// back, never more than it consumed.
 		h.status = Status{Code: CodeOK, Limit: &r.info}
-		_, err := r.lim.GiveBack(ctx, h.key, h.cost, now)
+		_, err := r.lim.GiveBack(ctx, string(h.key), h.cost, now)
 		return err
 	}
-	d, err := r.lim.Check(ctx, h.key, h.cost, now)
+	d, err := r.lim.CheckBytes(ctx, h.key, h.cost, now)
 	if err != nil {
 		return err
 	}
@@ -326,7 +329,7 @@ func (e *Engine) refund(ctx context.Context, hits []hit, now time.Time) {
 			continue
 		}
 		h.took = false
-		err := h.r.lim.Refund(ctx, h.key, h.cost, h.d, now)
+		err := h.r.lim.Refund(ctx, string(h.key), h.cost, h.d, now)
 		if errors.Is(err, errNoRefund) {
 			continue
 		}

@@ -77,6 +77,11 @@ func (f *fairRule) escrow(key string) (*fair.Shared, error) {
 	return s, nil
 }
 
+// CheckBytes is Check: a fair rule's escrow keeps its counter key.
+func (f *fairRule) CheckBytes(ctx context.Context, key []byte, cost int64, now time.Time) (gale.Decision, error) {
+	return f.Check(ctx, string(key), cost, now)
+}
+
 // Check admits cost units for the tenant key names from its counter's
 // escrow, or nothing. A denial's RetryAfter is the end of the window: the
 // escrow cannot say sooner.

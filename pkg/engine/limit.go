@@ -19,6 +19,8 @@ type limit interface {
 	// Fallback set) or returned wrapping gale.ErrStore; a caller whose ctx
 	// ended gets ctx.Err().
 	Check(ctx context.Context, key string, cost int64, now time.Time) (gale.Decision, error)
+	// CheckBytes is Check for a key in bytes, which it does not keep.
+	CheckBytes(ctx context.Context, key []byte, cost int64, now time.Time) (gale.Decision, error)
 	// Refund gives back cost units Check admitted with decision d, to the
 	// window d.WindowEnd names and to no other. A limit that cannot give
 	// admitted units back returns errNoRefund.

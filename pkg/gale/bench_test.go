@@ -76,3 +76,18 @@ func BenchmarkStrictMemory(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLeasedLocalHitBytes is LeasedLocalHit through CheckBytes, the
+// engine's path: a key L1 holds costs no string.
+func BenchmarkLeasedLocalHitBytes(b *testing.B) {
+	l := newLimiter(b, memstore.New(), gale.Config{Rule: hugeRule, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 1 << 38}})
+	now := start.Add(time.Minute)
+	key := []byte("user:42")
+	mustCheck(b, l, "user:42", 1, now)
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := l.CheckBytes(bg, key, 1, now); err != nil || !d.Allowed {
+			b.Fatal(d, err)
+		}
+	}
+}

@@ -17,14 +17,33 @@ type leaseCall struct {
 // checkLeased drives the Machine for one check: it serves, denies, or
 // performs what the machine asks (a lease, a wait for one, a return) and
 // asks again.
-func (l *Limiter) checkLeased(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
-	sh := l.l1.shard(key)
+//
+// The key is key, or, when kb is not nil, kb's bytes: looked up without a
+// copy, and made a string only for a key L1 does not hold yet.
+func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost int64, now time.Time) (Decision, error) {
+	var sh *tshard
+	if kb != nil {
+		sh = l.l1.shardBytes(kb)
+	} else {
+		sh = l.l1.shard(key)
+	}
 	waited := false             // counters say "local" only for checks that never waited on the store
 	var budget <-chan time.Time // fires at the request's store deadline (WithStoreBudget), once armed
 	var d Decision
 	for {
 		sh.mu.Lock()
-		e := l.l1.getOrCreate(l, sh, key, now)
+		var e *entry
+		if kb != nil {
+			if e = sh.keys[string(kb)]; e != nil { // no copy: a lookup by converted bytes
+				key = e.key
+			} else {
+				key = string(kb)
+			}
+			kb = nil
+		}
+		if e == nil {
+			e = l.l1.getOrCreate(l, sh, key, now)
+		}
 		if e == nil {
 			sh.mu.Unlock()
 			return l.checkStore(ctx, key, cost, now)

@@ -243,9 +243,27 @@ func (l *Limiter) Check(ctx context.Context, key string, cost int64, now time.Ti
 	case CachedDeny:
 		return l.checkCachedDeny(ctx, key, cost, now)
 	case Leased:
-		return l.checkLeased(ctx, key, cost, now)
+		return l.checkLeased(ctx, key, nil, cost, now)
 	}
 	return l.checkStore(ctx, key, cost, now)
+}
+
+// CheckBytes is Check for a key in bytes, which it does not keep: a leased
+// check served from a key L1 already holds costs no allocation (Check's
+// string would cost one per request). The bytes are read only during the
+// call.
+func (l *Limiter) CheckBytes(ctx context.Context, key []byte, cost int64, now time.Time) (Decision, error) {
+	if l.mode != Leased {
+		return l.Check(ctx, string(key), cost, now)
+	}
+	if cost < 1 || cost > MaxLimit {
+		return Decision{}, fmt.Errorf("%w (got %d)", ErrInvalidCost, cost)
+	}
+	if l.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	now = now.Add(-time.Duration(now.Nanosecond() % 1000))
+	return l.checkLeased(ctx, "", key, cost, now)
 }
 
 // checkStore asks the store (strict mode, and the fallback of a full L1).

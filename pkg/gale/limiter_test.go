@@ -397,3 +397,28 @@ func TestStrictInMemoryAllocatesNothing(t *testing.T) {
 		t.Fatalf("a strict check on memstore allocates %v times, want 0", n)
 	}
 }
+
+// TestCheckBytesKeepsNoReference: CheckBytes reads the key's bytes during the
+// call only. A caller reusing its buffer for another key gets another key,
+// and the first keeps its credits.
+func TestCheckBytesKeepsNoReference(t *testing.T) {
+	l := newLimiter(t, memstore.New(), gale.Config{Rule: perMinute(100), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10}})
+	buf := []byte("a")
+	if d, err := l.CheckBytes(bg, buf, 1, start); err != nil || !d.Allowed {
+		t.Fatalf("first check: %+v %v", d, err)
+	}
+	buf[0] = 'b' // the same buffer, another key
+	if d, err := l.CheckBytes(bg, buf, 1, start); err != nil || !d.Allowed {
+		t.Fatalf("second key: %+v %v", d, err)
+	}
+	before := l.Stats()
+	if d := mustCheck(t, l, "a", 1, start); !d.Allowed || d.Remaining != 8+90 { // its 8 credits and the 90 the store had left
+		t.Fatalf("key a after the buffer changed: %+v", d)
+	}
+	if st := l.Stats(); st.Keys != 2 || st.LocalHits != before.LocalHits+1 || st.LeasesRequested != before.LeasesRequested {
+		t.Fatalf("key a lost its credits: %+v (before %+v)", st, before)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = l.CheckBytes(bg, buf, 1, start) }); n != 0 {
+		t.Fatalf("a leased CheckBytes on a held key allocates %v times, want 0", n)
+	}
+}

@@ -59,6 +59,11 @@ func (t *table) shard(key string) *tshard {
 	return &t.shards[maphash.String(t.seed, key)&t.mask]
 }
 
+// shardBytes is shard for a key in bytes (maphash hashes both alike).
+func (t *table) shardBytes(key []byte) *tshard {
+	return &t.shards[maphash.Bytes(t.seed, key)&t.mask]
+}
+
 // getOrCreate returns key's entry, creating it when absent; nil when the shard
 // is full and nothing can be evicted. Called with sh locked; evicted credits
 // are handed to l for return.
