@@ -21,6 +21,7 @@ type countingStore struct {
 	failing                 atomic.Bool
 	gate                    chan struct{} // when non-nil, leases wait on it
 	arrived                 chan struct{} // when non-nil, receives once per lease that reaches the store
+	returned                chan struct{} // when non-nil, receives once per return the store took
 	mu                      sync.Mutex
 }
 
@@ -85,5 +86,9 @@ func (c *countingStore) Return(ctx context.Context, key string, r gale.Rule, n i
 	if c.failing.Load() {
 		return errDown
 	}
-	return c.Store.Return(ctx, key, r, n, end, now)
+	err := c.Store.Return(ctx, key, r, n, end, now)
+	if c.returned != nil {
+		c.returned <- struct{}{}
+	}
+	return err
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/clock"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
@@ -168,24 +167,26 @@ func TestConcurrentMissesCoalesceIntoOneLease(t *testing.T) {
 		{"batch of 10", 10, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &countingStore{Store: memstore.New(), gate: make(chan struct{})}
+			s := &countingStore{Store: memstore.New(), gate: make(chan struct{}), arrived: make(chan struct{}, 1000)}
 			l := newLimiter(t, s, gale.Config{Rule: perMinute(5000), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: tc.batch}, StoreTimeout: time.Minute})
-			var wg sync.WaitGroup
-			var admitted, ready atomic.Int64
+			var wg, ready sync.WaitGroup
+			var admitted atomic.Int64
 			for i := 0; i < 1000; i++ {
 				wg.Add(1)
+				ready.Add(1)
 				go func() {
 					defer wg.Done()
-					ready.Add(1)
+					ready.Done()
 					d, err := l.Check(bg, "cold", 1, start)
 					if err == nil && d.Allowed {
 						admitted.Add(1)
 					}
 				}()
 			}
-			if !testenv.Eventually(func() bool { return ready.Load() == 1000 && s.inflight.Load() == 1 }) {
-				t.Fatal("callers never queued behind a lease")
-			}
+			// Every caller is on its way into Check, and the first lease is
+			// held at the store: the rest find it in flight.
+			ready.Wait()
+			s.waitArrival(t)
 			close(s.gate)
 			wg.Wait()
 			if admitted.Load() != 1000 {
@@ -291,7 +292,7 @@ func TestFullL1EvictsWithoutOverAdmitting(t *testing.T) {
 
 func TestIdleCreditsReturnToTheStore(t *testing.T) {
 	clk := clock.NewFake(start)
-	s := &countingStore{Store: memstore.New()}
+	s := &countingStore{Store: memstore.New(), returned: make(chan struct{}, 1)}
 	a := newLimiter(t, s, gale.Config{Rule: perMinute(10), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10, ReturnIdleAfter: 10 * time.Second}, Clock: clk})
 	b := newLimiter(t, s, gale.Config{Rule: perMinute(10), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10}})
 	mustCheck(t, a, "k", 1, start) // a holds the other 9
@@ -301,8 +302,10 @@ func TestIdleCreditsReturnToTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(10 * time.Second)
-	if !testenv.Eventually(func() bool { return a.Stats().CreditsReturned == 9 }) {
-		t.Fatalf("idle credits not returned: %+v", a.Stats())
+	select { // the sweeper's return reached the store: b may use it
+	case <-s.returned:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("idle credits not returned in 10s: %+v", a.Stats())
 	}
 	now := clk.Now()
 	for i := 0; i < 9; i++ {
