@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
@@ -109,19 +104,7 @@ func TestGateRejectionsCountedOnce(t *testing.T) {
 func TestCancelledExtProcStreamCountsCanceled(t *testing.T) {
 	e := queuedGateEngine(t)
 	m := newMetrics(e, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(m.serverOptions(func(string, ...any) {})...)
-	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(e, envoyrls.ProcessorOptions{Observe: m.observeGate}))
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	client := serveExtProc(t, m, func(string, ...any) {}, envoyrls.NewProcessorServer(e, envoyrls.ProcessorOptions{Observe: m.observeGate}))
 
 	c, _ := e.ChooseGate("shop", "/checkout", func(string) (string, bool) { return "", false })
 	held, err := c.Gate.Acquire(context.Background(), time.Now())
@@ -133,7 +116,7 @@ func TestCancelledExtProcStreamCountsCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- extProcCall(ctx, extprocv3.NewExternalProcessorClient(conn), "/checkout", "200") }()
+	go func() { done <- extProcCall(ctx, client, "/checkout", "200") }()
 	if !testenv.Eventually(func() bool { return c.Gate.Snapshot().Queued == 1 }) {
 		t.Fatal("the stream's request never queued")
 	}

@@ -96,6 +96,26 @@ func extProcCall(ctx context.Context, c extprocv3.ExternalProcessorClient, path,
 	return nil
 }
 
+// serveExtProc serves p on loopback behind the sidecar's interceptors (m,
+// logging to logf) and returns a client of it; both stop with the test.
+func serveExtProc(t *testing.T, m *metrics, logf func(string, ...any), p extprocv3.ExternalProcessorServer) extprocv3.ExternalProcessorClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(m.serverOptions(logf)...)
+	extprocv3.RegisterExternalProcessorServer(gs, p)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return extprocv3.NewExternalProcessorClient(conn)
+}
+
 // gathered is the value of the counter family name, or the observation
 // count of the histogram family name, summed over the series whose labels
 // include want.
@@ -153,26 +173,13 @@ func TestExtProcStreamPanicIsRecovered(t *testing.T) {
 		return time.Now()
 	}
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(m.serverOptions(logf)...)
-	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(chooser, envoyrls.ProcessorOptions{Now: now, Observe: m.observeGate}))
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	c := extprocv3.NewExternalProcessorClient(conn)
+	c := serveExtProc(t, m, logf, envoyrls.NewProcessorServer(chooser, envoyrls.ProcessorOptions{Now: now, Observe: m.observeGate}))
 	ctx := context.Background()
 	inflight := func() int { return e.GateSnapshots()[0].Inflight }
 
 	// Gate selection panics.
 	chooser.boom.Store(true)
-	err = extProcCall(ctx, c, "/checkout", "200")
+	err := extProcCall(ctx, c, "/checkout", "200")
 	chooser.boom.Store(false)
 	if status.Code(err) != codes.Internal || strings.ContainsAny(status.Convert(err).Message(), "\r\n") {
 		t.Fatalf("panicking chooser: %v, want INTERNAL with a one-line message", err)
