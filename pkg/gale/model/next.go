@@ -125,7 +125,15 @@ func (c Config) Next(s State) []Transition {
 			switch st.Kind {
 			case gale.Served:
 				c.served(&t, i, st, d, admit)
-				kind := map[[2]bool]StepKind{{false, true}: Serve, {false, false}: Take, {true, true}: LeaseServe, {true, false}: LeaseTake}[[2]bool{granted > 0, admit}]
+				kind := Serve
+				switch {
+				case granted > 0 && admit:
+					kind = LeaseServe
+				case granted > 0:
+					kind = LeaseTake
+				case !admit:
+					kind = Take
+				}
 				add(kind, i, granted, t)
 			case gale.Denied:
 				if admit {
