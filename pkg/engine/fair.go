@@ -95,7 +95,7 @@ func (f *fairRule) Check(ctx context.Context, key string, cost int64, now time.T
 	fd, err := s.Decide(sctx, tenant, cost, now)
 	cancel()
 	if err != nil {
-		return storeFailed(ctx, f.onError, f.cfg.Limit, err)
+		return f.onError.Answer(ctx, f.cfg.Limit, err)
 	}
 	// WindowEnd stays zero: Refund gives nothing back, so no window needs
 	// naming.

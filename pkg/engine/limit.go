@@ -39,19 +39,3 @@ var (
 // admitted (a fair rule's escrow): nothing was given back, and nothing
 // failed.
 var errNoRefund = errors.New("engine: this limit keeps what it admitted")
-
-// storeFailed answers a check whose store call failed with err, as
-// on_store_error says — the policy gale.Limiter applies to its own store
-// calls. A caller whose ctx ended gets ctx.Err(), whatever the policy.
-func storeFailed(ctx context.Context, onError gale.ErrorPolicy, limit int64, err error) (gale.Decision, error) {
-	if ctx.Err() != nil {
-		return gale.Decision{}, ctx.Err()
-	}
-	switch onError {
-	case gale.FailOpen:
-		return gale.Decision{Allowed: true, Limit: limit, Fallback: true}, nil
-	case gale.FailClosed:
-		return gale.Decision{Limit: limit, Fallback: true}, nil
-	}
-	return gale.Decision{}, errors.Join(gale.ErrStore, err)
-}

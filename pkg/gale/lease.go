@@ -204,10 +204,9 @@ func (l *Limiter) ReturnIdle(ctx context.Context, now time.Time) int {
 	if l.l1 == nil || l.lease.ReturnIdleAfter <= 0 {
 		return 0
 	}
-	cutoff := now.Add(-l.lease.ReturnIdleAfter)
 	var dropped int
 	rs := l.l1.drain(l, func(e *entry) bool {
-		idle := !e.st.LastUsed.After(cutoff)
+		idle := l.m.Idle(&e.st, now)
 		if idle {
 			dropped++
 		}

@@ -200,7 +200,7 @@ func New(store Store, cfg Config) (*Limiter, error) {
 		l.timeout = DefaultStoreTimeout
 	}
 	_, l.local = store.(InMemory)
-	l.m = Machine{Rule: cfg.Rule, Batch: lc.Batch, Uncoupled: lc.Uncoupled, LowWater: lc.LowWater, NewSizer: lc.NewSizer}
+	l.m = Machine{Rule: cfg.Rule, Batch: lc.Batch, Uncoupled: lc.Uncoupled, LowWater: lc.LowWater, NewSizer: lc.NewSizer, ReturnIdleAfter: lc.ReturnIdleAfter}
 	if l.clock == nil {
 		l.clock = clock.Real{}
 	}
@@ -300,16 +300,25 @@ func (l *Limiter) checkCachedDeny(ctx context.Context, key string, cost int64, n
 // gets its context's error, whatever the policy.
 func (l *Limiter) failed(ctx context.Context, err error) (Decision, error) {
 	l.counters.storeErrors.Add(1)
+	d, err := l.onError.Answer(ctx, l.rule.Limit, err)
+	if d.Fallback {
+		l.counters.fallbacks.Add(1)
+	}
+	return d, err
+}
+
+// Answer is what a check of a rule admitting limit answers under policy p
+// when its store call failed with err: a fallback decision, or err wrapping
+// ErrStore. A caller whose own ctx ended gets ctx.Err(), whatever the policy.
+func (p ErrorPolicy) Answer(ctx context.Context, limit int64, err error) (Decision, error) {
 	if ctx.Err() != nil {
 		return Decision{}, ctx.Err()
 	}
-	switch l.onError {
+	switch p {
 	case FailOpen:
-		l.counters.fallbacks.Add(1)
-		return Decision{Allowed: true, Limit: l.rule.Limit, Fallback: true}, nil
+		return Decision{Allowed: true, Limit: limit, Fallback: true}, nil
 	case FailClosed:
-		l.counters.fallbacks.Add(1)
-		return Decision{Limit: l.rule.Limit, Fallback: true}, nil
+		return Decision{Limit: limit, Fallback: true}, nil
 	}
 	return Decision{}, fmt.Errorf("%w: %w", ErrStore, err)
 }

@@ -27,6 +27,10 @@ type Machine struct {
 	// NewSizer gives each key its batch sizer (LeaseConfig.NewSizer); nil
 	// for the fixed Batch.
 	NewSizer func() BatchSizer
+	// ReturnIdleAfter is how long a key may go without a check before its
+	// credits go back to the store (LeaseConfig.ReturnIdleAfter); 0 for
+	// never.
+	ReturnIdleAfter time.Duration
 	// Fault is a deliberate defect, for the model's mutation checks only:
 	// the zero value in every real limiter.
 	Fault Fault
@@ -327,6 +331,12 @@ func (m *Machine) Expire(k *KeyState, now time.Time) (stranded int64) {
 		k.Credits, k.FromWindow = 0, 0
 	}
 	return stranded
+}
+
+// Idle reports whether k has had no check for ReturnIdleAfter at now: the
+// driver then drains it.
+func (m *Machine) Idle(k *KeyState, now time.Time) bool {
+	return m.ReturnIdleAfter > 0 && !k.LastUsed.After(now.Add(-m.ReturnIdleAfter))
 }
 
 // Drain takes the credits of a key leaving L1 (idle return, eviction,
