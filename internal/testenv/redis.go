@@ -1,6 +1,7 @@
-// Package testenv starts throwaway servers for tests: a real redis-server on
-// a free loopback port, killed when the test ends. Tests never assume a server
-// is already running.
+// Package testenv starts throwaway servers for tests: a real redis-server,
+// or a real PostgreSQL cluster in a temporary directory, on a free loopback
+// port, killed when the test ends. Tests never assume a server is already
+// running.
 package testenv
 
 import (
