@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,20 +9,13 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/envoyrls"
-	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
-	"github.com/throttlekit/throttlekit/pkg/policy"
 )
 
-// TestGateRejectionsCountedOnce: each request a gate turns away is counted
-// under exactly one reason of throttlekit_gate_rejected_total, so that the
-// shedding alert's sum over reasons is the number turned away. A queue-full
-// rejection used to be counted under "queue_full" and "limit" both.
 // queuedGateEngine is an engine with one gate, checkout: one request in
 // flight, one more waiting up to 190ms (under Envoy's message_timeout).
 func queuedGateEngine(t *testing.T) *engine.Engine {
 	t.Helper()
-	dir := t.TempDir()
-	src := `
+	return gatesEngine(t, `
 concurrency:
   - name: checkout
     match: {path_prefix: /checkout}
@@ -34,25 +25,13 @@ concurrency:
     max_limit: 1
     params: {timeout: 250ms, backoff: 0.5, increase: 1}
     queue: {max: 1, timeout: 190ms, order: fifo}
-`
-	if err := os.WriteFile(filepath.Join(dir, "gates.yaml"), []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	set, err := policy.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(engine.Options{Store: memstore.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Load(context.Background(), set); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close(context.Background()) })
-	return e
+`)
 }
 
+// TestGateRejectionsCountedOnce: each request a gate turns away is counted
+// under exactly one reason of throttlekit_gate_rejected_total, so that the
+// shedding alert's sum over reasons is the number turned away. A queue-full
+// rejection used to be counted under "queue_full" and "limit" both.
 func TestGateRejectionsCountedOnce(t *testing.T) {
 	e := queuedGateEngine(t)
 	ctx := context.Background()

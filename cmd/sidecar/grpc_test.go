@@ -42,7 +42,14 @@ func (c *panickyChooser) ChooseGate(authority, path string, header func(string) 
 
 func gateEngine(t *testing.T) *engine.Engine {
 	t.Helper()
-	d, err := policy.Parse("gates.yaml", []byte("concurrency:\n  - name: checkout\n    match: {path_prefix: /checkout}\n    controller: aimd\n    min_limit: 1\n    max_limit: 1\n"))
+	return gatesEngine(t, "concurrency:\n  - name: checkout\n    match: {path_prefix: /checkout}\n    controller: aimd\n    min_limit: 1\n    max_limit: 1\n")
+}
+
+// gatesEngine is an engine on the memory store loaded with the gates of
+// one policy file, src, closed when the test ends.
+func gatesEngine(t *testing.T, src string) *engine.Engine {
+	t.Helper()
+	d, err := policy.Parse("gates.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +60,7 @@ func gateEngine(t *testing.T) *engine.Engine {
 	if err := e.Load(context.Background(), &policy.Set{Gates: d.Gates, Hash: "g"}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	return e
 }
 

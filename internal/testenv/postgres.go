@@ -1,9 +1,7 @@
 package testenv
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -11,11 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // PostgresInstall says how to get PostgreSQL when it is missing.
@@ -32,9 +27,7 @@ type Postgres struct {
 	dir  string // data directory and socket directory live under it
 	bin  string // the directory of initdb and postgres
 	cred *syscall.Credential
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd exits
+	process
 }
 
 // StartPostgres creates a database cluster in a temporary directory, starts
@@ -91,22 +84,6 @@ func (p *Postgres) URL() string {
 	return "postgres://postgres@" + p.Addr + "/postgres?sslmode=disable"
 }
 
-// Kill stops the server at once (SIGKILL to postgres and, by their own
-// watchdog, its children) and waits for it to exit. It is safe to call more
-// than once.
-func (p *Postgres) Kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.cmd = nil
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	// The whole process group: the postmaster and its backends.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	<-done
-}
-
 // Restart kills the server and starts it again on the same port and data
 // directory: committed data survives.
 func (p *Postgres) Restart() {
@@ -143,46 +120,8 @@ func (p *Postgres) start() error {
 	if err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	ready := make(chan error, 1)
-	go func() {
-		var log strings.Builder
-		sc := bufio.NewScanner(out)
-		signalled := false
-		for sc.Scan() {
-			line := sc.Text()
-			if !signalled {
-				log.WriteString(line + "\n")
-				if strings.Contains(line, "ready to accept connections") {
-					ready <- nil
-					signalled = true
-				}
-			}
-		}
-		if !signalled {
-			ready <- fmt.Errorf("postgres exited before it was ready:\n%s", log.String())
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case err := <-ready:
-		if err != nil {
-			<-done
-			return err
-		}
-	case <-time.After(startTimeout):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		return fmt.Errorf("postgres not ready after %v", startTimeout)
-	}
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-	return nil
+	// Killed as a process group: the postmaster and its backends.
+	return p.launch(cmd, out, "postgres", "ready to accept connections", func(c *exec.Cmd) { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL) })
 }
 
 // postgresBin finds the directory of initdb and postgres: on PATH, or

@@ -5,15 +5,11 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"io"
 	"net"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,11 +27,9 @@ type Redis struct {
 	// Addr is the server's host:port on 127.0.0.1.
 	Addr string
 
-	tb   testing.TB
-	dir  string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd exits
+	tb  testing.TB
+	dir string
+	process
 }
 
 // StartRedis starts a redis-server with no persistence on a free loopback
@@ -88,60 +82,7 @@ func (r *Redis) start() error {
 		return err
 	}
 	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	ready := make(chan error, 1)
-	go func() {
-		var log strings.Builder
-		sc := bufio.NewScanner(out)
-		signalled := false
-		for sc.Scan() {
-			line := sc.Text()
-			if !signalled {
-				log.WriteString(line + "\n")
-				if strings.Contains(line, "Ready to accept connections") {
-					ready <- nil
-					signalled = true
-				}
-			}
-		}
-		if !signalled {
-			ready <- fmt.Errorf("redis-server exited before it was ready:\n%s", log.String())
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case err := <-ready:
-		if err != nil {
-			<-done
-			return err
-		}
-	case <-time.After(startTimeout):
-		_ = cmd.Process.Kill()
-		<-done
-		return fmt.Errorf("redis-server not ready after %v", startTimeout)
-	}
-	r.mu.Lock()
-	r.cmd, r.done = cmd, done
-	r.mu.Unlock()
-	return nil
-}
-
-// Kill stops the server at once (SIGKILL) and waits for it to exit. It is
-// safe to call more than once.
-func (r *Redis) Kill() {
-	r.mu.Lock()
-	cmd, done := r.cmd, r.done
-	r.cmd = nil
-	r.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-done
+	return r.launch(cmd, out, "redis-server", "Ready to accept connections", func(c *exec.Cmd) { _ = c.Process.Kill() })
 }
 
 // Restart starts the server again on the same address after Kill, with an

@@ -12,14 +12,7 @@ import (
 // themselves as the naive reference.
 func TestCounterKeyIsInjective(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
-	alphabet := []byte("ab:_.{}|0123456789\x00 ")
-	word := func() string {
-		b := make([]byte, rng.IntN(5))
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
+	word := words(rng, "ab:_.{}|0123456789\x00 ", 5)
 	seen := map[string]string{}
 	for i := 0; i < 200000; i++ {
 		n := 1 + rng.IntN(3)
@@ -75,14 +68,7 @@ func naiveGlob(p, s string) bool {
 // values made of the bytes that break naive parsers.
 func TestSplitTenantUndoesTheTenantField(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
-	alphabet := []byte("ab:_0123456789\x00")
-	word := func() string {
-		b := make([]byte, rng.IntN(14))
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
+	word := words(rng, "ab:_0123456789\x00", 14)
 	for i := 0; i < 100000; i++ {
 		n := 1 + rng.IntN(3)
 		keys, values := make([]string, n), make([]string, n)
@@ -108,14 +94,7 @@ func TestSplitTenantUndoesTheTenantField(t *testing.T) {
 // of the same domain, rule and entries.
 func TestRuleKeyIsCounterKey(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
-	alphabet := []byte("ab:_0123456789\x00")
-	word := func() string {
-		b := make([]byte, rng.IntN(14))
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
+	word := words(rng, "ab:_0123456789\x00", 14)
 	for i := 0; i < 20000; i++ {
 		n := 1 + rng.IntN(4)
 		keys, values, path := make([]string, n), make([]string, n), make([]*branch, n)
@@ -128,5 +107,17 @@ func TestRuleKeyIsCounterKey(t *testing.T) {
 		if got, want := string(appendRuleKey(nil, prefix, path, values)), counterKey(nil, domain, rule, keys, values); got != want {
 			t.Fatalf("rule key %q, counter key %q", got, want)
 		}
+	}
+}
+
+// words returns a generator of strings shorter than max drawn from alphabet:
+// the bytes that break naive key encodings.
+func words(rng *rand.Rand, alphabet string, max int) func() string {
+	return func() string {
+		b := make([]byte, rng.IntN(max))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
 	}
 }

@@ -251,7 +251,8 @@ func (l *Limiter) Check(ctx context.Context, key string, cost int64, now time.Ti
 // CheckBytes is Check for a key in bytes, which it does not keep: a leased
 // check served from a key L1 already holds costs no allocation (Check's
 // string would cost one per request). The bytes are read only during the
-// call.
+// call. (It repeats Check's checks rather than sharing a helper with it: the
+// extra call cost the engine's hot path 12 ns.)
 func (l *Limiter) CheckBytes(ctx context.Context, key []byte, cost int64, now time.Time) (Decision, error) {
 	if l.mode != Leased {
 		return l.Check(ctx, string(key), cost, now)
