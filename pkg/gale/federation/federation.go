@@ -1,0 +1,141 @@
+// Package federation shares one per-window budget among K regions, admitting
+// at most the limit per window whatever K is (Δ = 0): GALE's window-coupled
+// leasing lifted one level, with regions for nodes, a region's escrow for a
+// node's credits, and a cross-region coordinator (L3) for the store.
+//
+// Nothing of the leasing protocol is written twice. A region runs the
+// ordinary leased gale.Limiter — the pure gale.Machine and its driver — over
+// a Region, which is a gale.Store: it takes from the region's shared escrow
+// (L2) when there is one, and leases from the Coordinator when that runs
+// short. The machine's window coupling is the bound's whole basis: credits
+// leased in a window die at its end, on the coordinator's clock (a Grant's
+// WindowEnd − Now is how long they live), so no window admits more than the
+// coordinator granted in it, and the coordinator grants at most the limit.
+//
+// docs/PROOFS.md states the bound, its model (pkg/gale/model's federated
+// explorer) and the state counts.
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+)
+
+// Coordinator is the cross-region authority (L3) one key prefix is federated
+// through. Implementations MUST be safe for concurrent use by any number of
+// regions and processes, MUST make each operation atomic for its key, and
+// MUST pass the federationtest conformance suite.
+//
+// The window-coupled contract, on which the bound rests:
+//   - Lease grants units of the window in place at now (on the
+//     coordinator's clock, reported in Grant.Now), as gale.Store.Lease does:
+//     between min and max, as many as remain up to max — a partial grant is
+//     legitimate, other regions having raced the budget down — or none when
+//     fewer than min remain. Across all callers, the units granted in one
+//     window never exceed the rule's limit less what Reconcile gave back.
+//   - Granted units belong to the window named by Grant.WindowEnd and die
+//     at its end: the coordinator's count of a window is forgotten when the
+//     window ends (a Redis key's PEXPIREAT, a Postgres row's window column),
+//     never carried into the next.
+//   - Reconcile gives back a region's unused units, once: it is idempotent
+//     on (key, windowEnd, token), so a reconcile retried through a
+//     partition is applied at most once. Units given back to a window that
+//     has ended change nothing (they died with it); a failed reconcile can
+//     only lose capacity, never admit more.
+//
+// Only windowed rules federate (gale.Rule.Windowed): a boundary is what
+// grants die at.
+type Coordinator interface {
+	// Lease takes between min and max units of key's budget under rule at
+	// now (the caller's clock; ignored by a coordinator on its own clock).
+	Lease(ctx context.Context, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Grant, error)
+	// Reconcile gives back rec.Leftover units granted in the window ending
+	// at rec.WindowEnd (a Grant's WindowEnd), once per (key, WindowEnd,
+	// Token).
+	Reconcile(ctx context.Context, key string, rule gale.Rule, rec Reconcile) (Reconciled, error)
+	// Healthy returns nil when the coordinator answers.
+	Healthy(ctx context.Context) error
+}
+
+// Reconcile is one give-back of unused units to a coordinator.
+type Reconcile struct {
+	// Leftover is how many units go back; ≤ 0 gives back nothing (the
+	// marker is still recorded).
+	Leftover int64
+	// WindowEnd names the window the units were granted in: a Grant's
+	// WindowEnd, on the coordinator's clock.
+	WindowEnd time.Time
+	// Token names this give-back: a retry passes the same token, and the
+	// coordinator applies one (key, WindowEnd, Token) at most once. A region
+	// that gives back once per window uses its region name.
+	Token string
+	// Now is the caller's clock (ignored by a coordinator on its own clock).
+	Now time.Time
+}
+
+// Reconciled is what a Reconcile did.
+type Reconciled uint8
+
+const (
+	// Applied: the units went back to the window, which had not ended.
+	Applied Reconciled = iota + 1
+	// Duplicate: this (key, WindowEnd, Token) was reconciled before; nothing
+	// changed.
+	Duplicate
+	// Expired: the window had ended, and the units died with it; the
+	// marker is recorded, so a retry reports Duplicate.
+	Expired
+)
+
+func (r Reconciled) String() string {
+	switch r {
+	case Applied:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	case Expired:
+		return "expired"
+	}
+	return fmt.Sprintf("Reconciled(%d)", uint8(r))
+}
+
+// ErrNotWindowed is returned for a rule without windows (GCRA, token
+// bucket): only windowed strategies federate.
+var ErrNotWindowed = errors.New("federation: only windowed strategies federate (fixed_window, sliding_window, quota); gcra and token_bucket have no boundary for grants to die at")
+
+// ErrToken is returned by Reconcile for an empty token or one longer than
+// MaxToken bytes.
+var ErrToken = fmt.Errorf("federation: reconcile token must be 1..%d bytes", MaxToken)
+
+// MaxToken is the longest reconcile token, in bytes.
+const MaxToken = 256
+
+// CheckReconcile validates a Reconcile's arguments; coordinators call it
+// first.
+func CheckReconcile(rule gale.Rule, rec Reconcile) error {
+	if err := CheckRule(rule); err != nil {
+		return err
+	}
+	if rec.Token == "" || len(rec.Token) > MaxToken {
+		return ErrToken
+	}
+	if rec.WindowEnd.IsZero() {
+		return errors.New("federation: reconcile names no window (zero WindowEnd)")
+	}
+	return gale.CheckReturn(rule, rec.Leftover)
+}
+
+// CheckRule returns an error unless rule is valid and windowed.
+func CheckRule(rule gale.Rule) error {
+	if err := rule.Validate(); err != nil {
+		return err
+	}
+	if !rule.Windowed() {
+		return fmt.Errorf("%w (rule %s)", ErrNotWindowed, rule)
+	}
+	return nil
+}
