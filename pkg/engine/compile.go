@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -56,8 +57,11 @@ type rule struct {
 	info     LimitInfo
 	// lim answers the rule's checks: limiter, or fair; nil when the rule is
 	// unlimited or blocked.
-	lim      limit
-	limiter  *gale.Limiter // nil when unlimited, blocked or fair
+	lim     limit
+	limiter *gale.Limiter // nil when unlimited, blocked or fair
+	// timeout is a federated limiter's store timeout, longer than the
+	// engine's; 0 otherwise.
+	timeout  time.Duration
 	galeRule gale.Rule
 
 	unlimited   bool
@@ -128,12 +132,15 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 						if lim := old[r.identity]; lim != nil {
 							r.limiter = lim
 							delete(old, r.identity)
-						} else if r.limiter, err = gale.New(e.store, e.limiterConfig(r, pd)); err != nil {
+						} else if r.limiter, err = e.newLimiter(r, pd); err != nil {
 							errs = append(errs, &policy.Error{Pos: l.Pos, Field: cmp.Or(l.Field, "rate_limit"), Msg: err.Error()})
 							continue
 						} else {
 							created = append(created, r.limiter)
 						}
+					}
+					if r.limiter != nil && pd.Mode == policy.Federated {
+						r.timeout = r.limiter.StoreTimeout()
 					}
 					switch {
 					case r.limiter != nil:
@@ -205,6 +212,9 @@ func (e *Engine) newRule(domain string, path []string, j int, pd *policy.Descrip
 	r.id = hex.EncodeToString(sum[:8])
 	r.keyPrefix = string(appendField(appendField(nil, domain), r.id))
 	r.identity = fmt.Sprintf("%s|%+v|%s|%+v|%s", r.id, r.galeRule, pd.Mode, pd.Lease, pd.OnStoreError)
+	if pd.Federation != nil {
+		r.identity += fmt.Sprintf("|%+v", *pd.Federation)
+	}
 	return r, nil
 }
 
@@ -227,6 +237,28 @@ func galeRule(l *policy.Limit) (gale.Rule, error) {
 		return gale.Rule{}, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), gale.ErrInvalidRule.Error()+": "))
 	}
 	return r, nil
+}
+
+// newLimiter makes r's limiter: over the engine's store, or, federated,
+// over its region's.
+func (e *Engine) newLimiter(r *rule, pd *policy.Descriptor) (*gale.Limiter, error) {
+	cfg := e.limiterConfig(r, pd)
+	if pd.Mode != policy.Federated {
+		return gale.New(e.store, cfg)
+	}
+	if e.opts.Federation == nil {
+		return nil, errors.New("mode: federated needs this process to join a federation: start it with --region and --federation-url (redis:// or postgres://)")
+	}
+	fed, err := e.opts.Federation(FederatedRule{Ref: r.ref, Rule: r.galeRule, Federation: *pd.Federation})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Mode, cfg.OnStoreError = gale.Leased, gale.FailClosed
+	cfg.Lease = gale.LeaseConfig{Batch: fed.Batch}
+	if fed.Timeout > 0 {
+		cfg.StoreTimeout = fed.Timeout
+	}
+	return gale.New(fed.Store, cfg)
 }
 
 // limiterConfig is the gale configuration of r's limiter.

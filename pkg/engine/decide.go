@@ -103,7 +103,13 @@ func (e *Engine) decide(ctx context.Context, s *scratch, req *Request, now time.
 		// limits share one deadline instead of waiting a timeout each,
 		// so the answer comes inside Envoy's call timeout and every
 		// limit's on_store_error decides, not Envoy's failure mode.
-		ctx = gale.WithStoreBudget(ctx, time.Now().Add(e.storeTimeout()))
+		// A federated limit's lease crosses regions: its own, longer
+		// timeout widens the request's budget.
+		budget := e.storeTimeout()
+		for j := range hits {
+			budget = max(budget, hits[j].r.timeout)
+		}
+		ctx = gale.WithStoreBudget(ctx, time.Now().Add(budget))
 	}
 	// Fair limits cannot give units back, so they are asked last, and only
 	// when no other limit has already denied the request.

@@ -36,9 +36,29 @@ type Options struct {
 	Clock clock.Clock
 	// Logger receives reload and close problems (nil: discard).
 	Logger *slog.Logger
+	// Federation gives a federated rule (mode: federated) the store it
+	// leases through, its region's; nil refuses federated rules at load.
+	Federation func(FederatedRule) (Federated, error)
 	// MessageTimeout is Envoy's ext_proc message_timeout: gates' queue
 	// timeouts must stay below it (0: DefaultMessageTimeout, Envoy's 200ms).
 	MessageTimeout time.Duration
+}
+
+// FederatedRule is a federated rule, for Options.Federation.
+type FederatedRule struct {
+	Ref        RuleRef
+	Rule       gale.Rule
+	Federation policy.Federation
+}
+
+// Federated is how a federated rule's limiter leases.
+type Federated struct {
+	// Store is the region's store (a federation.Region).
+	Store gale.Store
+	// Batch is a process's lease from it; 0 for gale's default.
+	Batch int64
+	// Timeout bounds each of its calls; 0 for the engine's StoreTimeout.
+	Timeout time.Duration
 }
 
 // Engine answers rate-limit requests from the policy last loaded. It is safe

@@ -222,6 +222,9 @@ func New(store Store, cfg Config) (*Limiter, error) {
 // Rule returns the rule the limiter enforces.
 func (l *Limiter) Rule() Rule { return l.rule }
 
+// StoreTimeout returns the bound on each of the limiter's store calls.
+func (l *Limiter) StoreTimeout() time.Duration { return l.timeout }
+
 // Mode returns the limiter's mode.
 func (l *Limiter) Mode() Mode { return l.mode }
 

@@ -135,6 +135,11 @@ func descriptorNode(d *Descriptor, notes Notes) mapNode {
 			m.add("lease", ls.Node)
 		}
 	}
+	if d.Mode == Federated && d.Federation != nil {
+		if fs := federationNode(d.Federation); len(fs.Content) > 0 {
+			m.add("federation", fs.Node)
+		}
+	}
 	if d.OnStoreError != "" && d.OnStoreError != OnErrorError {
 		m.add("on_store_error", strNode(string(d.OnStoreError)))
 	}

@@ -25,7 +25,7 @@ var (
 	topKeys        = []string{"domain", "descriptors", "concurrency"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors",
 		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold",
-		"mode", "lease", "on_store_error", "fairness"}
+		"mode", "lease", "on_store_error", "fairness", "federation"}
 	limitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
 		"algorithm", "burst", "unit_multiplier"}
 	leaseKeys = []string{"batch", "sizing", "window_coupled", "low_water", "return_idle_after"}

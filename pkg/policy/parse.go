@@ -179,8 +179,9 @@ func (r *reader) descriptor(m *yaml.Node, field string, depth int) *Descriptor {
 		Pos:          r.pos(m),
 	}
 	var (
-		keyNode, shareKey, leaseVal          *yaml.Node
+		keyNode, shareKey, leaseVal, fedVal  *yaml.Node
 		modeKey, leaseKey, storeKey, fairKey *yaml.Node
+		fedKey                               *yaml.Node
 		limit                                *Limit
 		more                                 []*Limit
 		modeOK                               = true
@@ -231,6 +232,10 @@ func (r *reader) descriptor(m *yaml.Node, field string, depth int) *Descriptor {
 				fairKey = p.key
 				d.Fairness = r.fairness(p.val, f)
 			}
+		case "federation":
+			if !isNull(p.val) {
+				fedKey, fedVal = p.key, p.val
+			}
 		default:
 			r.unknownKey(p.key, field, descriptorLevel)
 		}
@@ -258,7 +263,19 @@ func (r *reader) descriptor(m *yaml.Node, field string, depth int) *Descriptor {
 			r.errorf(leaseKey, join(field, "lease"), "lease applies only with mode: leased (add mode: leased, or remove lease)")
 		}
 	}
-	r.needLimits(d, field, modeKey, leaseKey, storeKey, fairKey)
+	if fedVal != nil {
+		d.Federation = r.federation(fedVal, join(field, "federation"))
+		if modeOK && d.Mode != Federated {
+			r.errorf(fedKey, join(field, "federation"), "federation applies only with mode: federated (add mode: federated, or remove federation)")
+		}
+	}
+	if d.Mode == Federated {
+		if d.Federation == nil {
+			d.Federation = &Federation{Outage: FailClosed}
+		}
+		r.checkFederated(d, field, modeKey, leaseKey, storeKey, fairKey)
+	}
+	r.needLimits(d, field, modeKey, leaseKey, storeKey, fairKey, fedKey)
 	if d.Fairness != nil && fairKey != nil {
 		switch {
 		case len(d.Limits) != 1 || d.Limits[0].Unlimited || d.Limits[0].RequestsPerUnit == 0:
@@ -297,12 +314,12 @@ func (r *reader) mode(n *yaml.Node, field string) (Mode, bool) {
 	if !ok {
 		return Strict, false
 	}
-	for _, m := range []Mode{Strict, CachedDeny, Leased} {
+	for _, m := range []Mode{Strict, CachedDeny, Leased, Federated} {
 		if strings.EqualFold(s, string(m)) {
 			return m, true
 		}
 	}
-	r.errorf(n, field, "%s", enumErr("mode", s, []string{"strict", "cached_deny", "leased"}))
+	r.errorf(n, field, "%s", enumErr("mode", s, []string{"strict", "cached_deny", "leased", "federated"}))
 	return Strict, false
 }
 

@@ -209,7 +209,7 @@ domain: d
 descriptors:
   - key: a
     colour: blue
-`, `f.yaml:5: descriptors[0].colour: unknown key "colour" (a descriptor takes key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, mode, lease, on_store_error and fairness)`},
+`, `f.yaml:5: descriptors[0].colour: unknown key "colour" (a descriptor takes key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, mode, lease, on_store_error, fairness and federation)`},
 		{"not a map", `
 domain: d
 descriptors:

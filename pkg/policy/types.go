@@ -67,6 +67,9 @@ type Descriptor struct {
 	Mode Mode
 	// Lease tunes leased mode (extension).
 	Lease Lease
+	// Federation tunes federated mode (extension); set exactly when Mode
+	// is Federated.
+	Federation *Federation
 	// OnStoreError says what to answer when the store fails (extension;
 	// default error: the gRPC error lets Envoy's failure_mode_deny decide).
 	OnStoreError StoreErrorPolicy
@@ -175,6 +178,9 @@ const (
 	Strict     Mode = "strict"
 	CachedDeny Mode = "cached_deny"
 	Leased     Mode = "leased"
+	// Federated shares the limits with every region through the
+	// cross-region coordinator (package gale/federation).
+	Federated Mode = "federated"
 )
 
 // Lease tunes leased mode.
