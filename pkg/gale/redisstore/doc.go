@@ -23,6 +23,11 @@
 // of k, which still maps each k to one deterministic slot. Keys are not
 // escaped: the caller (the engine) encodes them unambiguously.
 //
+// ReturnOnce (a give-back applied at most once, for federation's Reconcile)
+// also writes a marker, Prefix{k}:once:<window end µs>:<hex marker>, that
+// lapses at the window's end. Its name starts with the state hash's, so its
+// hash tag, and its slot, are the state's (see Store.OnceKey).
+//
 // # Time
 //
 // By default the scripts use the now each call passes, so tests can drive

@@ -23,6 +23,8 @@ var (
 	leaseLua string
 	//go:embed scripts/return.lua
 	returnLua string
+	//go:embed scripts/return_once.lua
+	returnOnceLua string
 )
 
 // op is one of the three store operations, each with its own script.
@@ -55,9 +57,15 @@ type script struct {
 }
 
 func newScript(body string) script {
-	src := preludeLua + "\n" + windowLua + "\n" + strategyLua + "\n" + body
+	src := compose(body)
 	sum := sha1.Sum([]byte(src))
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// compose returns the source of the script whose operation is body: the
+// shared part, then body.
+func compose(body string) string {
+	return preludeLua + "\n" + windowLua + "\n" + strategyLua + "\n" + body
 }
 
 // scripts holds the script of each op, indexed by op.
