@@ -34,6 +34,12 @@ type serveConfig struct {
 	drainTimeout       time.Duration
 	reloadDebounce     time.Duration
 	messageTimeout     time.Duration
+	// region, federationURL, federationTimeout and federationProbe join
+	// a federation (mode: federated); region empty for none.
+	region            string
+	federationURL     string
+	federationTimeout time.Duration
+	federationProbe   time.Duration
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveConfig, error) {
@@ -56,6 +62,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.DurationVar(&c.messageTimeout, "extproc-message-timeout", 200*time.Millisecond, "Envoy's ext_proc message_timeout: concurrency gates' queue timeouts must stay below it")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after a policy change before reloading")
+	fs.StringVar(&c.region, "region", "", "this process's region in a federation (mode: federated rules share one budget across regions); needs --federation-url")
+	fs.StringVar(&c.federationURL, "federation-url", "", "the cross-region coordinator every region shares: redis://, rediss://, redis+cluster:// or postgres://; needs --region")
+	fs.DurationVar(&c.federationTimeout, "federation-timeout", 500*time.Millisecond, "longest a lease from the cross-region coordinator may take (a request with a federated limit waits at most this for it)")
+	fs.DurationVar(&c.federationProbe, "federation-probe-after", time.Second, "after a failed lease, how long federated rules leave the coordinator alone (answering by their outage mode) before asking it again")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: throttlekit serve [flags]\n\nEvery flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n\n", envPrefix)
 		fs.PrintDefaults()
@@ -118,6 +128,22 @@ func (c *serveConfig) validate() error {
 	}
 	if c.storeProbeInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--store-probe-interval %v: must be positive", c.storeProbeInterval))
+	}
+	switch {
+	case c.region != "" && c.federationURL == "":
+		errs = append(errs, errors.New("--region needs --federation-url: the coordinator the regions share (redis://... or postgres://...)"))
+	case c.region == "" && c.federationURL != "":
+		errs = append(errs, errors.New("--federation-url needs --region: this process's region name (e.g. eu-west-1)"))
+	case c.region != "":
+		if _, err := federationScheme(c.federationURL); err != nil {
+			errs = append(errs, err)
+		}
+		if len(c.region) > 64 || strings.ContainsAny(c.region, "/\x00") {
+			errs = append(errs, fmt.Errorf("--region %q: at most 64 bytes, without / or NUL", c.region))
+		}
+	}
+	if c.federationTimeout <= 0 || c.federationProbe <= 0 {
+		errs = append(errs, errors.New("--federation-timeout and --federation-probe-after must be positive"))
 	}
 	if c.drainTimeout <= 0 || c.reloadDebounce < 0 {
 		errs = append(errs, errors.New("--drain-timeout must be positive and --reload-debounce not negative"))

@@ -36,7 +36,8 @@ type metrics struct {
 	grpcStreams    *prometheus.HistogramVec
 	storeReachable prometheus.Gauge
 	gateRTT        *prometheus.HistogramVec
-	e              *engine.Engine // its gates get their gateRTT series at each load
+	e              *engine.Engine   // its gates get their gateRTT series at each load
+	fed            *federationParts // nil when not federated; set before serving
 }
 
 func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
@@ -87,7 +88,7 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 	reg.MustRegister(m.storeCalls, m.storeErrors, m.storeLatency, m.reloads, m.lastReload, m.policyInfo,
 		m.grpcRequests, m.grpcLatency, m.grpcStreams, m.storeReachable, m.gateRTT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&engineCollector{e: e, rs: rs})
+		&engineCollector{e: e, rs: rs}, federationCollector{m})
 	// Every labelled series an alert reads exists from the start, at 0:
 	// increase() and rate() cannot see the first increment of a series
 	// that the increment creates.

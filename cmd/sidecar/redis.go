@@ -19,10 +19,16 @@ import (
 // retried either (go-redis would try five times, 100ms apart), so a dead
 // Redis answers at once and on_store_error decides within the store timeout.
 func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, error) {
+	return redisClientFor("--redis-url", raw, timeout)
+}
+
+// redisClientFor builds the client the URL raw, given by flag, describes
+// (as newRedisClient does; errors name flag).
+func redisClientFor(flag, raw string, timeout time.Duration) (redis.UniversalClient, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Parse's error quotes the whole URL, password included.
-		return nil, fmt.Errorf("--redis-url is not a valid URL (not shown: it may hold a password); want e.g. redis://:PASSWORD@host:6379/0")
+		return nil, fmt.Errorf("%s is not a valid URL (not shown: it may hold a password); want e.g. redis://:PASSWORD@host:6379/0", flag)
 	}
 	cluster := false
 	switch u.Scheme {
@@ -31,7 +37,7 @@ func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, e
 		cluster = true
 		u.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
 	default:
-		return nil, fmt.Errorf("--redis-url %s: scheme %q: want redis://, rediss:// (TLS) or redis+cluster://", Redact(raw), u.Scheme)
+		return nil, fmt.Errorf("%s %s: scheme %q: want redis://, rediss:// (TLS) or redis+cluster://", flag, Redact(raw), u.Scheme)
 	}
 	q := u.Query()
 	dial := max(timeout, 200*time.Millisecond)
@@ -40,7 +46,7 @@ func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, e
 	case q.Get("master_name") != "":
 		o, err := redis.ParseFailoverURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("--redis-url %s (sentinel): %v", Redact(raw), redactErr(err, raw))
+			return nil, fmt.Errorf("%s %s (sentinel): %v", flag, Redact(raw), redactErr(err, raw))
 		}
 		o.MaxRetries, o.DialerRetries = -1, 1
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
@@ -48,7 +54,7 @@ func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, e
 	case cluster || len(q["addr"]) > 0:
 		o, err := redis.ParseClusterURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("--redis-url %s (cluster): %v", Redact(raw), redactErr(err, raw))
+			return nil, fmt.Errorf("%s %s (cluster): %v", flag, Redact(raw), redactErr(err, raw))
 		}
 		o.MaxRetries, o.DialerRetries = -1, 1
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
@@ -56,7 +62,7 @@ func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, e
 	}
 	o, err := redis.ParseURL(u.String())
 	if err != nil {
-		return nil, fmt.Errorf("--redis-url %s: %v", Redact(raw), redactErr(err, raw))
+		return nil, fmt.Errorf("%s %s: %v", flag, Redact(raw), redactErr(err, raw))
 	}
 	o.MaxRetries, o.DialerRetries = -1, 1
 	defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)

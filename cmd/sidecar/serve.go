@@ -85,11 +85,21 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if _, ok := store.(gale.InMemory); ok {
 		engStore = inMemoryStore{fwd} // still needs no deadline per call
 	}
-	eng, err := engine.New(engine.Options{Store: engStore, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout})
+	fed, err := newFederation(ctx, c, client, rs, log)
+	if err != nil {
+		return err
+	}
+	eopts := engine.Options{Store: engStore, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout}
+	if fed != nil {
+		defer fed.close()
+		eopts.Federation = fed.rule
+	}
+	eng, err := engine.New(eopts)
 	if err != nil {
 		return err
 	}
 	m := newMetrics(eng, rs)
+	m.fed = fed
 	fwd.m = m
 
 	// One background probe says whether the store answers, for

@@ -27,8 +27,9 @@ type Redis struct {
 	// Addr is the server's host:port on 127.0.0.1.
 	Addr string
 
-	tb  testing.TB
-	dir string
+	tb      testing.TB
+	dir     string
+	durable bool // append-only file, fsync'd on every write; kept by Restart
 	process
 }
 
@@ -37,10 +38,23 @@ type Redis struct {
 // install the server, when redis-server is missing.
 func StartRedis(tb testing.TB) *Redis {
 	tb.Helper()
+	return startRedis(tb, false)
+}
+
+// StartRedisDurable starts a redis-server that writes every change to its
+// append-only file and fsyncs it before replying (appendfsync always): a
+// Kill loses nothing it acknowledged, and Restart comes back with it.
+func StartRedisDurable(tb testing.TB) *Redis {
+	tb.Helper()
+	return startRedis(tb, true)
+}
+
+func startRedis(tb testing.TB, durable bool) *Redis {
+	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatal(RedisInstall)
 	}
-	r := &Redis{tb: tb, dir: tb.TempDir()}
+	r := &Redis{tb: tb, dir: tb.TempDir(), durable: durable}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		var port int
@@ -72,11 +86,15 @@ func freePort() (int, error) {
 
 func (r *Redis) start() error {
 	_, port, _ := net.SplitHostPort(r.Addr)
-	cmd := exec.Command("redis-server",
+	persist := []string{"--appendonly", "no"}
+	if r.durable {
+		persist = []string{"--appendonly", "yes", "--appendfsync", "always"}
+	}
+	cmd := exec.Command("redis-server", append([]string{
 		"--port", port, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no",
+		"--save", "",
 		"--dir", r.dir, "--logfile", "",
-		"--protected-mode", "no")
+		"--protected-mode", "no"}, persist...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -85,8 +103,8 @@ func (r *Redis) start() error {
 	return r.launch(cmd, out, "redis-server", "Ready to accept connections", func(c *exec.Cmd) { _ = c.Process.Kill() })
 }
 
-// Restart starts the server again on the same address after Kill, with an
-// empty dataset.
+// Restart starts the server again on the same address after Kill: with an
+// empty dataset, or, durable, with everything it acknowledged.
 func (r *Redis) Restart() {
 	r.tb.Helper()
 	r.Kill()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +40,9 @@ type options struct {
 	headers bool
 	// dial are more gRPC client options (a stats handler, say).
 	dial []grpc.DialOption
+	// args are more flags; files more policy files (name → content).
+	args  []string
+	files map[string]string
 }
 
 // sidecar is one running throttlekit process and a gRPC client to it. Its
@@ -71,6 +75,11 @@ func startSidecar(t *testing.T, o options) *sidecar {
 	}
 	copyExamplePolicies(t, s.policyDir)
 	writePolicy(t, s.policyDir, e2ePolicy(defaultE2E))
+	for name, content := range o.files {
+		if err := os.WriteFile(filepath.Join(s.policyDir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	args := []string{"serve",
 		"--policy", s.policyDir,
@@ -91,6 +100,7 @@ func startSidecar(t *testing.T, o options) *sidecar {
 	if o.headers {
 		args = append(args, "--response-headers")
 	}
+	args = append(args, o.args...)
 	s.cmd = exec.Command(binPath, args...)
 	s.cmd.Env = environWithout("THROTTLEKIT_")
 	s.cmd.Stdout = s.log

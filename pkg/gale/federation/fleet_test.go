@@ -41,6 +41,8 @@ type federatedFleet struct {
 	key      string
 	regions  [][]*gale.Limiter
 	stores   []*federation.Region // one per process, region-major
+	coord    federation.Coordinator
+	escrows  []federation.Escrow // one per region; nil entries without
 	mu       sync.Mutex
 	admitted map[int64]int64 // window end (µs) → admissions
 	fallback int64           // admissions from regional budgets (RegionalOnly)
@@ -65,11 +67,13 @@ func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet 
 	if coord == nil {
 		coord = b.coord(t)
 	}
+	f.coord = coord
 	for r := range c.regions {
 		var escrow federation.Escrow
 		if b.escrow != nil && !c.noEscrow {
 			escrow = b.escrow(t, r)
 		}
+		f.escrows = append(f.escrows, escrow)
 		var fallback gale.Store
 		if c.outage == federation.RegionalOnly {
 			fallback = b.fallback(t, r)

@@ -86,6 +86,9 @@ type RegionConfig struct {
 	// Timeout bounds the background retries of failed reconciles; 0 means
 	// a second.
 	Timeout time.Duration
+	// Counters, when set, is where the region counts (shared with the
+	// regions made before it for the same rule); nil for its own.
+	Counters *Counters
 }
 
 // Region is a gale.Store for one rule of one region: the store a leased,
@@ -109,9 +112,9 @@ type Region struct {
 
 	mu       sync.Mutex
 	pending  []pendingReconcile
-	retrying bool
+	retrying int // reconciles being retried now (taken out of pending)
 
-	stats regionCounters
+	stats *Counters
 }
 
 type pendingReconcile struct {
@@ -151,7 +154,10 @@ func NewRegion(cfg RegionConfig) (*Region, error) {
 		_, _ = rand.Read(b[:])
 		cfg.Instance = hex.EncodeToString(b[:])
 	}
-	r := &Region{cfg: cfg, token: cfg.Name + "/" + cfg.Instance + "/"}
+	r := &Region{cfg: cfg, token: cfg.Name + "/" + cfg.Instance + "/", stats: cfg.Counters}
+	if r.stats == nil {
+		r.stats = &Counters{}
+	}
 	if len(r.token)+20 > MaxToken {
 		return nil, fmt.Errorf("federation: region and instance names too long for a reconcile token (%d bytes, at most %d)", len(r.token), MaxToken-20)
 	}
@@ -335,11 +341,11 @@ func (r *Region) send(ctx context.Context, key string, rule gale.Rule, rec Recon
 // same tokens, so a reconcile that did land before is reported Duplicate.
 func (r *Region) retryPending() {
 	r.mu.Lock()
-	if r.retrying || len(r.pending) == 0 {
+	if r.retrying > 0 || len(r.pending) == 0 {
 		r.mu.Unlock()
 		return
 	}
-	r.retrying = true
+	r.retrying = len(r.pending)
 	todo := r.pending
 	r.pending = nil
 	r.mu.Unlock()
@@ -354,7 +360,7 @@ func (r *Region) retryPending() {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		r.retrying = false
+		r.retrying = 0
 		r.pending = append(again, r.pending...)
 		if over := len(r.pending) - maxPending; over > 0 {
 			r.pending = r.pending[over:]
@@ -363,11 +369,12 @@ func (r *Region) retryPending() {
 	}()
 }
 
-// Pending returns how many reconciles wait to be retried.
+// Pending returns how many reconciles wait to be retried, or are being
+// retried now.
 func (r *Region) Pending() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.pending)
+	return len(r.pending) + r.retrying
 }
 
 // probe returns nil when the coordinator may be asked at now: it is

@@ -26,21 +26,30 @@ type Stats struct {
 	Down    bool
 }
 
-type regionCounters struct {
+// Counters are a Region's counters. Regions made one after another for
+// one rule (a policy reload) may share one Counters, so that what they
+// count never goes back; the zero value is ready. Safe for concurrent use.
+type Counters struct {
 	leases, denied, partial, leased, leaseErrors                                           atomic.Int64
 	escrowTaken, refilled, released, balance                                               atomic.Int64
 	reconcileApplied, reconcileDuplicate, reconcileExpired, reconcileFailed, reconcileLost atomic.Int64
 	regional, outages                                                                      atomic.Int64
 }
 
-// Stats returns a snapshot of the region's counters.
+// Stats returns a snapshot of the region's counters (shared ones included).
 func (r *Region) Stats() Stats {
-	c := &r.stats
+	s := r.stats.Snapshot()
+	s.Down = r.Down()
+	return s
+}
+
+// Snapshot returns the counters' values; Down is false (a Region knows it).
+func (c *Counters) Snapshot() Stats {
 	return Stats{
 		Leases: c.leases.Load(), Denied: c.denied.Load(), Partial: c.partial.Load(), Leased: c.leased.Load(), LeaseErrors: c.leaseErrors.Load(),
 		EscrowTaken: c.escrowTaken.Load(), Refilled: c.refilled.Load(), Released: c.released.Load(), Balance: c.balance.Load(),
 		ReconcileApplied: c.reconcileApplied.Load(), ReconcileDuplicate: c.reconcileDuplicate.Load(), ReconcileExpired: c.reconcileExpired.Load(),
 		ReconcileFailed: c.reconcileFailed.Load(), ReconcileLost: c.reconcileLost.Load(),
-		Regional: c.regional.Load(), Outages: c.outages.Load(), Down: r.Down(),
+		Regional: c.regional.Load(), Outages: c.outages.Load(),
 	}
 }

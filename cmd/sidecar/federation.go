@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation/pgcoord"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation/redisfed"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+	"github.com/throttlekit/throttlekit/pkg/policy"
+)
+
+// federationScheme returns the kind of coordinator --federation-url names:
+// "redis" or "postgres".
+func federationScheme(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", errors.New("--federation-url is not a valid URL (not shown: it may hold a password); want redis://host:6379/0 or postgres://user@host:5432/db")
+	}
+	switch u.Scheme {
+	case "redis", "rediss", "redis+cluster", "rediss+cluster":
+		return "redis", nil
+	case "postgres", "postgresql":
+		return "postgres", nil
+	}
+	return "", fmt.Errorf("--federation-url %s: scheme %q: want redis://, rediss://, redis+cluster:// or postgres://", Redact(raw), u.Scheme)
+}
+
+// federationParts is this process's membership of a federation: the
+// coordinator every region shares, the region's escrow (on --redis-url)
+// and the regions made for federated rules, by rule.
+type federationParts struct {
+	region   string
+	coord    federation.Coordinator
+	escrow   federation.Escrow // nil with --store memory
+	fallback gale.Store        // the regional budget's store (regional_only)
+	timeout  time.Duration
+	probe    time.Duration
+	closers  []func()
+
+	mu       sync.Mutex
+	counters map[engine.RuleRef]*federation.Counters // kept across reloads
+	regions  map[engine.RuleRef]*federation.Region   // the newest per rule
+}
+
+// newFederation joins the federation c describes, or returns nil when c
+// names none. regional is the --redis-url client (nil with --store memory)
+// and rs the store on it.
+func newFederation(ctx context.Context, c *serveConfig, regional redis.UniversalClient, rs *redisstore.Store, log *slog.Logger) (*federationParts, error) {
+	if c.region == "" {
+		return nil, nil
+	}
+	f := &federationParts{region: c.region, timeout: c.federationTimeout, probe: c.federationProbe,
+		counters: map[engine.RuleRef]*federation.Counters{}, regions: map[engine.RuleRef]*federation.Region{}}
+	kind, err := federationScheme(c.federationURL)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case "redis":
+		client, err := redisClientFor("--federation-url", c.federationURL, c.federationTimeout)
+		if err != nil {
+			return nil, err
+		}
+		f.closers = append(f.closers, func() { _ = client.Close() })
+		coord, err := redisfed.NewCoordinator(client, redisstore.Options{Prefix: "tk:fed:", ServerTime: true, Timeout: c.federationTimeout})
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+		f.closers = append(f.closers, func() { _ = coord.Close() })
+		f.coord = coord
+	case "postgres":
+		cfg, err := pgxpool.ParseConfig(c.federationURL)
+		if err != nil {
+			return nil, fmt.Errorf("--federation-url %s: %v", Redact(c.federationURL), redactErr(err, c.federationURL))
+		}
+		cfg.ConnConfig.ConnectTimeout = max(c.federationTimeout, time.Second)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--federation-url %s: %v", Redact(c.federationURL), redactErr(err, c.federationURL))
+		}
+		f.closers = append(f.closers, pool.Close)
+		sctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+		coord, err := pgcoord.New(sctx, pool, pgcoord.Options{ServerTime: true})
+		cancel()
+		if err != nil {
+			f.close()
+			return nil, fmt.Errorf("--federation-url %s: %v", Redact(c.federationURL), redactErr(err, c.federationURL))
+		}
+		f.coord = coord
+	}
+	if regional != nil {
+		e, err := redisfed.NewEscrow(regional, redisfed.EscrowOptions{ServerTime: true, Timeout: c.federationTimeout})
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+		f.escrow, f.fallback = e, rs
+	}
+	hctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+	defer cancel()
+	if err := f.coord.Healthy(hctx); err != nil {
+		// An outage, not a configuration error: federated rules answer by
+		// their outage mode until the coordinator answers.
+		log.Warn("federation: the coordinator does not answer yet; federated rules answer by their outage mode until it does", "url", Redact(c.federationURL), "err", redactErr(err, c.federationURL))
+	}
+	escrow := "none (--store memory: this process is its region's only one)"
+	if f.escrow != nil {
+		escrow = "redis (--redis-url)"
+	}
+	log.Info("federation: joined", "region", c.region, "coordinator", Redact(c.federationURL), "escrow", escrow)
+	return f, nil
+}
+
+func (f *federationParts) close() {
+	for i := len(f.closers) - 1; i >= 0; i-- {
+		f.closers[i]()
+	}
+}
+
+// rule gives a federated rule its region: the engine's Options.Federation.
+func (f *federationParts) rule(fr engine.FederatedRule) (engine.Federated, error) {
+	batch := int64(fr.Federation.Batch)
+	if batch == 0 {
+		batch = max(1, fr.Rule.Capacity()/10)
+	}
+	cfg := federation.RegionConfig{
+		Name: f.region, Coordinator: f.coord, Escrow: f.escrow, Batch: batch,
+		ProbeAfter: f.probe, Timeout: f.timeout,
+	}
+	if fr.Federation.Outage == policy.RegionalOnly {
+		if f.escrow == nil {
+			return engine.Federated{}, errors.New("outage: regional_only needs the region's own Redis to count its regional budget, shared by the region's processes: run with --store redis (or use outage: fail_closed)")
+		}
+		cfg.Outage, cfg.Fallback, cfg.RegionalLimit = federation.RegionalOnly, f.fallback, int64(fr.Federation.RegionalLimit)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.counters[fr.Ref] == nil {
+		f.counters[fr.Ref] = &federation.Counters{}
+	}
+	cfg.Counters = f.counters[fr.Ref]
+	r, err := federation.NewRegion(cfg)
+	if err != nil {
+		return engine.Federated{}, err
+	}
+	f.regions[fr.Ref] = r
+	// With an escrow a process leases a quarter of the region's batch from
+	// it, so the region's other processes find the rest there.
+	l1 := batch
+	if f.escrow != nil {
+		l1 = max(1, batch/4)
+	}
+	return engine.Federated{Store: r, Batch: l1, Timeout: f.timeout}, nil
+}
+
+// federatedStats is one rule's federation counters, for the collector.
+type federatedStats struct {
+	ref    engine.RuleRef
+	outage federation.Outage
+	stats  federation.Stats
+}
+
+// snapshot returns every federated rule's counters.
+func (f *federationParts) snapshot() []federatedStats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]federatedStats, 0, len(f.regions))
+	for ref, r := range f.regions {
+		out = append(out, federatedStats{ref: ref, outage: r.Outage(), stats: r.Stats()})
+	}
+	return out
+}

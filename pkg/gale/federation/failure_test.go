@@ -1,0 +1,165 @@
+package federation_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
+	"github.com/throttlekit/throttlekit/pkg/clock"
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation/redisfed"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+	"github.com/throttlekit/throttlekit/pkg/gale/storetest"
+)
+
+// redisCoordinatorOn is a Redis coordinator on addr, with a client that
+// fails fast (no retries: a retried lease could be granted twice).
+func redisCoordinatorOn(t *testing.T, addr string) federation.Coordinator {
+	c, err := redisfed.NewCoordinator(newFastClient(t, addr), redisstore.Options{Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestL3KilledMidWindow: the coordinator's Redis (durable: appendfsync
+// always, as a coordinator must run) is killed mid-window. Fail-closed
+// regions serve the escrow they hold, no more, then deny; restarted in the
+// same window, it remembers what it granted, and the window still admits
+// exactly the limit.
+func TestL3KilledMidWindow(t *testing.T) {
+	l3 := testenv.StartRedisDurable(t)
+	coord := &switchable{Coordinator: redisCoordinatorOn(t, l3.Addr), granted: map[int64]int64{}}
+	f := newFederatedFleet(t, realRegions(t, nil), fleetConfig{regions: 3, processes: 2, rule: perMinute, batch: 4, regionBatch: 10, coord: coord})
+	t0 := storetest.Timeline()
+	w0 := t0.Add(time.Minute)
+	f.storm(t0, 2)
+	before := f.in(w0)
+	held := coord.grantedIn(w0) - before
+	l3.Kill()
+	f.storm(t0.Add(10*time.Second), 10)
+	if during := f.in(w0) - before; during > held {
+		t.Fatalf("with the coordinator dead the fleet admitted %d, more than the %d units of escrow it held", during, held)
+	}
+	if d := f.check(1, 0, t0.Add(11*time.Second)); d.Allowed || !d.Fallback {
+		t.Fatalf("a check once the escrow is gone: %+v, want a fail-closed denial", d)
+	}
+	l3.Restart()
+	after := t0.Add(10*time.Second + 2*federation.DefaultProbeAfter)
+	f.storm(after, 20)
+	if got := f.in(w0); got != perMinute.Limit {
+		t.Fatalf("the window admitted %d across the coordinator's death and restart, want exactly the limit %d", got, perMinute.Limit)
+	}
+}
+
+// TestReconcileRetriedThroughAPartition: a region gives credits back while
+// a partition holds the coordinator's replies (the give-back reaches it,
+// the answer never returns); healed, the retry with the same token is
+// reported Duplicate, and the units went back once — not twice.
+func TestReconcileRetriedThroughAPartition(t *testing.T) {
+	l3 := testenv.StartRedis(t)
+	proxy := testenv.StartProxy(t, l3.Addr)
+	direct := redisCoordinatorOn(t, l3.Addr)
+	region, err := federation.NewRegion(federation.RegionConfig{Name: "eu", Coordinator: redisCoordinatorOn(t, proxy.Addr), Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := storetest.Timeline()
+	newProcess := func() *gale.Limiter {
+		l, err := gale.New(region, gale.Config{Rule: perMinute, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10},
+			OnStoreError: gale.FailClosed, StoreTimeout: 300 * time.Millisecond, Clock: clock.NewFake(t0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		return l
+	}
+	ctx := context.Background()
+	a, b := newProcess(), newProcess()
+	for range 3 {
+		if d, err := a.Check(ctx, "k", 1, t0); err != nil || !d.Allowed {
+			t.Fatalf("check: %+v %v", d, err)
+		}
+	}
+	// Load the reconcile script into Redis first (scripts are the
+	// server's), so the give-back's first attempt runs there rather than
+	// asking for the script and waiting on a held NOSCRIPT.
+	if _, err := direct.Reconcile(ctx, "warm-up", perMinute, federation.Reconcile{WindowEnd: t0.Add(time.Minute), Token: "warm-up", Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole("downstream")
+	_ = a.Close(ctx) // gives its 7 unused credits back: the reply is held
+	if s := region.Stats(); s.ReconcileFailed != 1 || region.Pending() != 1 {
+		t.Fatalf("after the give-back through the partition: %+v, %d pending; want one failed attempt waiting", s, region.Pending())
+	}
+	proxy.Heal()
+	if d, err := b.Check(ctx, "k", 1, t0.Add(time.Second)); err != nil || !d.Allowed {
+		t.Fatalf("check after healing: %+v %v", d, err)
+	}
+	if !testenv.Eventually(func() bool { return region.Pending() == 0 }) {
+		t.Fatalf("the reconcile waiting was never retried: %+v", region.Stats())
+	}
+	if s := region.Stats(); s.ReconcileDuplicate != 1 || s.ReconcileApplied != 0 {
+		t.Fatalf("after the retry: %+v; want it reported duplicate (the first attempt had landed)", s)
+	}
+	// 3 served by a, 10 leased by b: the window holds 60 − 13 = 47, and
+	// would hold 54 had the 7 gone back twice.
+	g, err := direct.Lease(ctx, "k", perMinute, 1, 60, t0.Add(2*time.Second))
+	if err != nil || g.Granted != 47 {
+		t.Fatalf("the window has %d left (%v), want 47: the give-back applied once", g.Granted, err)
+	}
+}
+
+// TestRegionCrashMidWindow: a region's processes crash mid-window, their
+// credits lost with them; its new processes take the escrow they left and
+// the window admits no more than the limit.
+func TestRegionCrashMidWindow(t *testing.T) {
+	b := realRegions(t, redisCoordinator(t))
+	f := newFederatedFleet(t, b, fleetConfig{regions: 3, processes: 2, rule: perMinute, batch: 4, regionBatch: 10})
+	t0 := storetest.Timeline()
+	f.storm(t0, 3)
+	// Region 1 crashes: its processes are never asked again (and never
+	// give their credits back); two new ones join on the same escrow.
+	crashed := f.regions[1]
+	f.regions[1] = nil
+	for p := range 2 {
+		reg, err := federation.NewRegion(federation.RegionConfig{Name: "region-1", Instance: fmt.Sprintf("reborn-%d", p),
+			Coordinator: f.coord, Escrow: f.escrows[1], Batch: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := gale.New(reg, gale.Config{Rule: perMinute, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 4}, OnStoreError: gale.FailClosed, Clock: clock.NewFake(t0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		f.regions[1] = append(f.regions[1], l)
+	}
+	f.storm(t0.Add(20*time.Second), 30)
+	got := f.in(t0.Add(time.Minute))
+	if got > perMinute.Limit {
+		t.Fatalf("the window admitted %d > the limit %d across a region's crash", got, perMinute.Limit)
+	}
+	var lost int64
+	for range crashed {
+		lost += 4 // at most a batch each
+	}
+	if got < perMinute.Limit-lost {
+		t.Fatalf("the window admitted %d: more was lost than the crashed processes' credits (%d)", got, lost)
+	}
+}
+
+// newFastClient is a client that fails fast: no retries (a retried
+// command could apply twice), short timeouts.
+func newFastClient(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 250 * time.Millisecond, WriteTimeout: 250 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

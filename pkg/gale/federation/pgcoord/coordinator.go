@@ -1,0 +1,349 @@
+package pgcoord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
+)
+
+// DefaultCleanupEvery is the CleanupEvery of the zero Options.
+const DefaultCleanupEvery = 1000
+
+// rollbackTimeout bounds the ROLLBACK that returns a connection to the pool
+// after a failed operation.
+const rollbackTimeout = time.Second
+
+// Options configures a Coordinator. The zero value is valid: the tables
+// DefaultTable_budget and DefaultTable_reconcile, the callers' clock, and a
+// cleanup every DefaultCleanupEvery operations.
+type Options struct {
+	// Table is the prefix of the two tables' names, <Table>_budget and
+	// <Table>_reconcile: a plain lowercase SQL identifier of at most
+	// MaxTable bytes (New returns ErrTable otherwise). Empty means
+	// DefaultTable. Coordinators that share a prefix share budgets.
+	Table string
+	// ServerTime makes every operation read the database's clock
+	// (clock_timestamp(), inside its transaction) instead of the now its
+	// caller passes; Grant.Now then carries the database's time. It is the
+	// production setting: every region agrees on window boundaries
+	// whatever its own clock says. Without it (the default, for tests on a
+	// fake timeline) callers' clocks must agree.
+	ServerTime bool
+	// CleanupEvery is how many operations pass between two opportunistic
+	// cleanups, each deleting at most 2×CleanupEvery expired budget rows
+	// and as many lapsed markers. 0 means DefaultCleanupEvery; negative
+	// never cleans up. Correctness never depends on it.
+	CleanupEvery int
+}
+
+// Coordinator is a federation.Coordinator on PostgreSQL. The zero value is
+// not usable; call New. It is safe for concurrent use by any number of
+// goroutines, and any number of processes may share its tables.
+type Coordinator struct {
+	pool       *pgxpool.Pool
+	serverTime bool
+	sql        statements
+
+	// cleanupEvery is the operations between two cleanups, 0 for never;
+	// sweepLimit the rows one cleanup deletes at most, per table.
+	cleanupEvery, sweepLimit int64
+	ops                      atomic.Int64 // operations that reached the database
+}
+
+var _ federation.Coordinator = (*Coordinator)(nil)
+
+// New returns a Coordinator on pool's database, creating its two tables when
+// they are absent. The pool stays the caller's: New never closes it.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Coordinator, error) {
+	if pool == nil {
+		return nil, errors.New("pgcoord: nil pool")
+	}
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	if err := checkTable(opts.Table); err != nil {
+		return nil, fmt.Errorf("%w (got %q)", err, opts.Table)
+	}
+	c := &Coordinator{pool: pool, serverTime: opts.ServerTime, sql: newStatements(opts.Table, opts.ServerTime)}
+	switch {
+	case opts.CleanupEvery == 0:
+		c.cleanupEvery = DefaultCleanupEvery
+	case opts.CleanupEvery > 0:
+		c.cleanupEvery = int64(opts.CleanupEvery)
+	}
+	c.sweepLimit = 2 * c.cleanupEvery
+	if _, err := pool.Exec(ctx, c.sql.create); err != nil {
+		return nil, fmt.Errorf("pgcoord: creating tables %s_budget and %s_reconcile: %w", opts.Table, opts.Table, err)
+	}
+	return c, nil
+}
+
+// budgetRow is a budget table row: the gale.State of a key (Window, Used,
+// Prev: windowed rules use no other field) and the instant, in Unix µs,
+// from which it reads as the zero State.
+type budgetRow struct {
+	state    gale.State
+	expireAt int64
+}
+
+// at returns the row's state at now: the zero State once it has expired.
+// Expiry is by this column, so no cleanup is ever needed for it.
+func (r budgetRow) at(now int64) gale.State {
+	if r.expireAt > now {
+		return r.state
+	}
+	return gale.State{}
+}
+
+// Lease takes between min and max units of key's budget under rule at now
+// (or at the database's clock, with ServerTime), in one transaction holding
+// the key's row lock. It returns ctx.Err() when ctx is done on entry, the
+// errors of federation.CheckRule and gale.CheckArgs for invalid arguments,
+// and the database's errors wrapped. After an error the units may or may not
+// have been taken (the commit's reply may be what was lost): a failed lease
+// can only lose capacity, never grant more than the limit.
+func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return gale.Grant{}, err
+	}
+	if err := federation.CheckRule(rule); err != nil {
+		return gale.Grant{}, err
+	}
+	if err := gale.CheckArgs(rule, min, max); err != nil {
+		return gale.Grant{}, err
+	}
+	g, err := c.lease(ctx, key, rule, min, max, now.UnixMicro())
+	if err != nil {
+		return gale.Grant{}, fmt.Errorf("pgcoord: lease %q: %w", key, err)
+	}
+	return g, nil
+}
+
+// lease is Lease in two round trips: BEGIN, lockBudget, selectBudget (and
+// the clock) in one; the update (when anything was granted) and COMMIT, or
+// ROLLBACK, in the other. rule.Take runs between them, in Go, while the
+// transaction holds the row lock.
+func (c *Coordinator) lease(ctx context.Context, key string, rule gale.Rule, min, max, callers int64) (gale.Grant, error) {
+	k := []byte(key)
+	var row budgetRow
+	us := callers
+	conn, err := c.begin(ctx, func(b *pgx.Batch) {
+		b.Queue("BEGIN")
+		b.Queue(c.sql.lockBudget, k)
+		b.Queue(c.sql.selectBudget, k)
+		if c.serverTime {
+			b.Queue(c.sql.clock) // after the lock is held: the grant's units live from this instant
+		}
+	}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&row.state.Window, &row.state.Used, &row.state.Prev, &row.expireAt); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errors.New("budget row missing under its own lock")
+			}
+			return err
+		}
+		if c.serverTime {
+			return br.QueryRow().Scan(&us)
+		}
+		return nil
+	})
+	if err != nil {
+		return gale.Grant{}, err
+	}
+	defer c.release(conn)
+	next, o := rule.Take(row.at(us), us, min, max)
+	var b pgx.Batch
+	if o.Granted > 0 {
+		b.Queue(c.sql.updateBudget, k, next.Window, next.Used, next.Prev, o.ExpireAt)
+	}
+	// A denial rolls back: it changes nothing, not even the zero row
+	// lockBudget inserted for a new key.
+	if err := c.end(ctx, conn, &b, o.Granted > 0, us); err != nil {
+		return gale.Grant{}, err
+	}
+	return o.Grant(rule, us), nil
+}
+
+// Reconcile gives back rec.Leftover units of the window ending at
+// rec.WindowEnd, once per (key, WindowEnd, Token), in one transaction: the
+// marker's insert decides Applied or Duplicate, and concurrent copies of
+// one reconcile wait on the marker's unique key, so exactly one applies.
+// A window that has ended records nothing and reports Expired, as
+// federation.MemoryCoordinator does. Errors are as Lease's; after one the
+// marker may or may not have been recorded, and a retry then reports
+// Duplicate: the units are lost, never given twice.
+func (c *Coordinator) Reconcile(ctx context.Context, key string, rule gale.Rule, rec federation.Reconcile) (federation.Reconciled, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := federation.CheckReconcile(rule, rec); err != nil {
+		return 0, err
+	}
+	we := rec.WindowEnd.UnixMicro()
+	if !c.serverTime && we <= rec.Now.UnixMicro() {
+		// A marker lapses when its window ends, so none can be live: the
+		// answer needs no database.
+		return federation.Expired, nil
+	}
+	got, err := c.reconcile(ctx, key, rule, rec, we)
+	if err != nil {
+		return 0, fmt.Errorf("pgcoord: reconcile %q: %w", key, err)
+	}
+	return got, nil
+}
+
+// reconcile is Reconcile in two round trips: BEGIN, mark and selectBudget
+// in one; the update (when the give-back changed the state) and COMMIT, or
+// ROLLBACK, in the other.
+func (c *Coordinator) reconcile(ctx context.Context, key string, rule gale.Rule, rec federation.Reconcile, we int64) (federation.Reconciled, error) {
+	k, token := []byte(key), []byte(rec.Token)
+	var (
+		row         budgetRow
+		us, marked  int64
+		budgetFound bool
+	)
+	conn, err := c.begin(ctx, func(b *pgx.Batch) {
+		b.Queue("BEGIN")
+		if c.serverTime {
+			b.Queue(c.sql.mark, k, we, token)
+		} else {
+			b.Queue(c.sql.mark, k, we, token, rec.Now.UnixMicro())
+		}
+		b.Queue(c.sql.selectBudget, k)
+	}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&us, &marked); err != nil {
+			return err
+		}
+		err := br.QueryRow().Scan(&row.state.Window, &row.state.Used, &row.state.Prev, &row.expireAt)
+		budgetFound = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // no budget: nothing to give back to
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer c.release(conn)
+	var b pgx.Batch
+	switch {
+	case we <= us:
+		return federation.Expired, c.end(ctx, conn, &b, false, us)
+	case marked == 0:
+		return federation.Duplicate, c.end(ctx, conn, &b, false, us)
+	}
+	if next, changed := rule.Give(row.at(us), us, rec.Leftover, we); changed && budgetFound {
+		b.Queue(c.sql.updateBudget, k, next.Window, next.Used, next.Prev, row.expireAt)
+	}
+	if err := c.end(ctx, conn, &b, true, us); err != nil {
+		return 0, err
+	}
+	return federation.Applied, nil
+}
+
+// Healthy pings the database, within ctx.
+func (c *Coordinator) Healthy(ctx context.Context) error {
+	if err := c.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pgcoord: healthy: %w", err)
+	}
+	return nil
+}
+
+// begin acquires a connection and sends, in one round trip, the batch queue
+// builds, which opens a transaction and locks what the operation needs,
+// reading its replies with read. It returns the connection, its transaction
+// open. A pooled connection may be dead (the server restarted since it was
+// last used); when the connection died under the batch nothing can have
+// been committed, so begin tries once more, on another.
+func (c *Coordinator) begin(ctx context.Context, queue func(*pgx.Batch), read func(pgx.BatchResults) error) (*pgxpool.Conn, error) {
+	for attempt := 0; ; attempt++ {
+		conn, err := c.pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// A batch is built afresh for each connection: pgx stores the
+		// connection's prepared statements in the queued queries.
+		var b pgx.Batch
+		queue(&b)
+		br := conn.SendBatch(ctx, &b)
+		err = read(br)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			return conn, nil
+		}
+		dead := conn.Conn().IsClosed()
+		c.release(conn)
+		if !dead || attempt > 0 || ctx.Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+// end sends, in one round trip, the writes queued in b, then COMMIT (or
+// ROLLBACK), then, every CleanupEvery-th operation, a bounded cleanup of
+// what expired at now. Each write must touch one row. The cleanup runs
+// after the transaction, outside it, and its errors are ignored: it is only
+// ever opportunistic.
+func (c *Coordinator) end(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, commit bool, now int64) error {
+	writes := b.Len()
+	if commit {
+		b.Queue("COMMIT")
+	} else {
+		b.Queue("ROLLBACK")
+	}
+	if c.cleanupEvery > 0 && c.ops.Add(1)%c.cleanupEvery == 0 {
+		b.Queue(c.sql.sweepBudgets, now, c.sweepLimit)
+		b.Queue(c.sql.sweepMarks, now, c.sweepLimit)
+	}
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	for range writes {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("%s touched %d rows, want 1", tag, tag.RowsAffected())
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if commit && tag.String() != "COMMIT" {
+		return fmt.Errorf("commit answered %q", tag)
+	}
+	return nil
+}
+
+// release returns conn to the pool, rolling back a transaction a failure
+// left open: the pool would otherwise close the connection, and a bad key
+// (one too long for the primary key's index, say) would cost one
+// connection per call.
+func (c *Coordinator) release(conn *pgxpool.Conn) {
+	pc := conn.Conn().PgConn()
+	if !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() != 'I' {
+		ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+		cancel()
+	}
+	conn.Release()
+}

@@ -1,0 +1,363 @@
+package pgcoord_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation/federationtest"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation/pgcoord"
+	"github.com/throttlekit/throttlekit/pkg/gale/storetest"
+)
+
+var perMinute = gale.Rule{Algorithm: gale.FixedWindow, Limit: 10, Period: time.Minute}
+
+// newPool returns a pool on pg's database, closed when tb ends; configure,
+// when not nil, adjusts its configuration first.
+func newPool(tb testing.TB, pg *testenv.Postgres, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(pg.URL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if configure != nil {
+		configure(cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+func newCoordinator(tb testing.TB, pool *pgxpool.Pool, opts pgcoord.Options) *pgcoord.Coordinator {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgcoord.New(ctx, pool, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// TestConformance runs the federation contract, then what this package
+// adds to it (any bytes in keys, table names, round trips), on one server.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t)
+	pool := newPool(t, pg, nil)
+	c := newCoordinator(t, pool, pgcoord.Options{})
+	federationtest.RunCoordinator(t, func(*testing.T) federation.Coordinator { return c })
+	t.Run("KeysHoldAnyBytes", func(t *testing.T) { testKeys(t, c) })
+	t.Run("TableNames", func(t *testing.T) { testTableNames(t, pool) })
+	t.Run("RoundTrips", func(t *testing.T) { testRoundTrips(t, pg) })
+}
+
+// TestDifferential holds the coordinator to the MemoryCoordinator's
+// answers, step for step; one run cleans up after every operation, which
+// must change no answer.
+func TestDifferential(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t)
+	pool := newPool(t, pg, nil)
+	cases := []struct {
+		name string
+		opts pgcoord.Options
+	}{
+		{"Default", pgcoord.Options{Table: "diff_default"}},
+		{"CleanupEveryOperation", pgcoord.Options{Table: "diff_cleanup", CleanupEvery: 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCoordinator(t, pool, tc.opts)
+			for seed := range uint64(3) {
+				federationtest.DifferentialCoordinator(t, seed, 1500, federation.NewMemoryCoordinator(nil), c)
+			}
+		})
+	}
+}
+
+// TestServerTime: with ServerTime, the database's clock decides, whatever
+// now the caller passes; and on it, concurrent leases across many short
+// windows, with a cleanup after every operation, never grant a window more
+// than the limit.
+func TestServerTime(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t)
+	pool := newPool(t, pg, nil)
+	t.Run("TheDatabaseClockDecides", func(t *testing.T) {
+		testDatabaseClock(t, newCoordinator(t, pool, pgcoord.Options{ServerTime: true}))
+	})
+	t.Run("ConcurrentWindowsWithCleanup", func(t *testing.T) {
+		testConcurrentWindows(t, newCoordinator(t, pool, pgcoord.Options{Table: "windows", ServerTime: true, CleanupEvery: 1}))
+	})
+}
+
+func testDatabaseClock(t *testing.T, c *pgcoord.Coordinator) {
+	ctx := context.Background()
+	far := storetest.Timeline().Add(365 * 24 * time.Hour) // a caller's clock a year off
+
+	g, err := c.Lease(ctx, t.Name(), perMinute, 4, 4, far)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Granted != 4 {
+		t.Fatalf("granted %d, want 4", g.Granted)
+	}
+	if d := time.Since(g.Now); d < -time.Second || d > time.Second {
+		t.Fatalf("Grant.Now %v is %v from this host's clock, want the database's (within a second)", g.Now, d)
+	}
+	if live := g.WindowEnd.Sub(g.Now); live <= 0 || live > perMinute.Period {
+		t.Fatalf("units live %v (WindowEnd − Now), want within (0, %v]", live, perMinute.Period)
+	}
+
+	// The caller's now says the window ended long ago; the database's, not.
+	rec := federation.Reconcile{Leftover: 3, WindowEnd: g.WindowEnd, Token: "eu", Now: far.Add(time.Hour)}
+	if got, err := c.Reconcile(ctx, t.Name(), perMinute, rec); err != nil || got != federation.Applied {
+		t.Fatalf("reconcile of the live window: %v, %v; want applied", got, err)
+	}
+	if got, err := c.Reconcile(ctx, t.Name(), perMinute, rec); err != nil || got != federation.Duplicate {
+		t.Fatalf("its retry: %v, %v; want duplicate", got, err)
+	}
+	rec.WindowEnd, rec.Now = g.WindowEnd.Add(-perMinute.Period), time.Time{}
+	if got, err := c.Reconcile(ctx, t.Name(), perMinute, rec); err != nil || got != federation.Expired {
+		t.Fatalf("reconcile of the window before: %v, %v; want expired", got, err)
+	}
+}
+
+func testConcurrentWindows(t *testing.T, c *pgcoord.Coordinator) {
+	rules := []gale.Rule{
+		{Algorithm: gale.FixedWindow, Limit: 10, Period: 40 * time.Millisecond},
+		{Algorithm: gale.SlidingWindow, Limit: 10, Period: 40 * time.Millisecond},
+	}
+	type window struct {
+		rule int
+		end  time.Time
+	}
+	var (
+		mu      sync.Mutex
+		granted = map[window]int64{}
+		wg      sync.WaitGroup
+	)
+	deadline := time.Now().Add(600 * time.Millisecond)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ri := g % len(rules)
+			key := fmt.Sprintf("%s/%d", t.Name(), ri)
+			for time.Now().Before(deadline) {
+				gr, err := c.Lease(context.Background(), key, rules[ri], 1, 3, time.Time{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if gr.Granted > 0 {
+					mu.Lock()
+					granted[window{ri, gr.WindowEnd}] += gr.Granted
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(granted) < 2*len(rules) {
+		t.Fatalf("leases spanned %d windows, want several per rule", len(granted))
+	}
+	full := 0
+	for w, n := range granted {
+		if n == rules[w.rule].Limit {
+			full++
+		}
+		if n > rules[w.rule].Limit {
+			t.Errorf("%v: the window ending %v granted %d, above the limit %d", rules[w.rule], w.end, n, rules[w.rule].Limit)
+		}
+	}
+	t.Logf("%d windows, %d of them granted up to the limit", len(granted), full)
+}
+
+// TestRestart: a killed server fails leases with an error within the
+// caller's deadline; once it is back, leases succeed and the window's
+// count survived.
+func TestRestart(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t)
+	c := newCoordinator(t, newPool(t, pg, nil), pgcoord.Options{})
+	t0 := storetest.Timeline()
+	if g, err := c.Lease(context.Background(), t.Name(), perMinute, 7, 7, t0); err != nil || g.Granted != 7 {
+		t.Fatalf("lease before the kill: %+v, %v", g, err)
+	}
+
+	pg.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if g, err := c.Lease(ctx, t.Name(), perMinute, 1, 1, t0.Add(time.Second)); err == nil {
+		t.Fatalf("lease on a killed server: %+v, want an error", g)
+	} else if !strings.HasPrefix(err.Error(), "pgcoord: lease ") {
+		t.Fatalf("error %q lacks its context", err)
+	}
+	if d := time.Since(start); d > 5*time.Second+time.Second {
+		t.Fatalf("the failed lease took %v, beyond its 5 s deadline", d)
+	}
+	if err := c.Healthy(ctx); err == nil {
+		t.Fatal("Healthy on a killed server: nil")
+	}
+	if _, err := c.Reconcile(ctx, t.Name(), perMinute, federation.Reconcile{Leftover: 1, WindowEnd: t0.Add(time.Minute), Token: "eu", Now: t0}); err == nil {
+		t.Fatal("reconcile on a killed server: no error")
+	}
+
+	pg.Restart()
+	if err := c.Healthy(ctx); err != nil {
+		t.Fatalf("Healthy after the restart: %v", err)
+	}
+	g, err := c.Lease(ctx, t.Name(), perMinute, 1, 10, t0.Add(2*time.Second))
+	if err != nil {
+		t.Fatalf("lease after the restart: %v", err)
+	}
+	if g.Granted != 3 {
+		t.Fatalf("after the restart the window granted %d, want the 3 left of 10 (7 were granted before)", g.Granted)
+	}
+}
+
+// testKeys: a key or token holds any bytes, as a Go string does; each key
+// has its own budget.
+func testKeys(t *testing.T, c *pgcoord.Coordinator) {
+	ctx, t0 := context.Background(), storetest.Timeline()
+	keys := []string{"", "a", "a\x00", "\xff\xfe", "ключ", strings.Repeat("k", 1000), `'; DROP TABLE x; --`}
+	for i, key := range keys {
+		if g, err := c.Lease(ctx, key, perMinute, 1, 10, t0); err != nil || g.Granted != 10 {
+			t.Fatalf("key %d %q: %+v, %v; want the whole limit, 10", i, key, g, err)
+		}
+		rec := federation.Reconcile{Leftover: int64(i + 1), WindowEnd: t0.Add(time.Minute), Token: key[:min(len(key), 100)] + "\x00\xff", Now: t0}
+		if got, err := c.Reconcile(ctx, key, perMinute, rec); err != nil || got != federation.Applied {
+			t.Fatalf("key %d %q: reconcile %v, %v", i, key, got, err)
+		}
+	}
+	for i, key := range keys {
+		if g, err := c.Lease(ctx, key, perMinute, 1, 10, t0); err != nil || g.Granted != int64(i+1) {
+			t.Fatalf("key %d %q: %+v, %v; want what its reconcile gave back, %d", i, key, g, err, i+1)
+		}
+	}
+	// A key too long for the primary key's index is an error; the
+	// connection it failed on serves the next lease.
+	long := make([]byte, 10000) // random: incompressible
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range long {
+		long[i] = byte(rng.Uint32())
+	}
+	if _, err := c.Lease(ctx, string(long), perMinute, 1, 1, t0); err == nil || !strings.HasPrefix(err.Error(), "pgcoord: lease ") {
+		t.Fatalf("lease of a 10 kB key: %v, want a pgcoord error", err)
+	}
+	if g, err := c.Lease(ctx, t.Name(), perMinute, 1, 1, t0); err != nil || g.Granted != 1 {
+		t.Fatalf("lease after a failed one: %+v, %v", g, err)
+	}
+}
+
+// testTableNames: New refuses a table prefix that is not a plain lowercase
+// identifier, and accepts one twice, a reserved word, and the longest.
+func testTableNames(t *testing.T, pool *pgxpool.Pool) {
+	ctx := context.Background()
+	for _, table := range []string{"Upper", "1st", "a-b", "a.b", `a"b`, strings.Repeat("x", pgcoord.MaxTable+1)} {
+		if _, err := pgcoord.New(ctx, pool, pgcoord.Options{Table: table}); !errors.Is(err, pgcoord.ErrTable) {
+			t.Errorf("New with table %q: %v, want ErrTable", table, err)
+		}
+	}
+	if _, err := pgcoord.New(ctx, nil, pgcoord.Options{}); err == nil {
+		t.Error("New with a nil pool: no error")
+	}
+	// Twice on one prefix, and a reserved word: both fine.
+	for _, table := range []string{"select", "select", strings.Repeat("x", pgcoord.MaxTable)} {
+		c := newCoordinator(t, pool, pgcoord.Options{Table: table})
+		if g, err := c.Lease(ctx, "k", perMinute, 1, 1, storetest.Timeline()); err != nil || g.Granted != 1 {
+			t.Fatalf("table %q: %+v, %v", table, g, err)
+		}
+	}
+	// A cancelled context fails New with the context's error.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := pgcoord.New(cancelled, pool, pgcoord.Options{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("New with a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// roundTrips counts the round trips a pgx connection makes: one per batch
+// and one per query (prepares are made once per connection, before the
+// count starts).
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// testRoundTrips: a lease, a denial and a reconcile take two round trips
+// each, a reconcile of an ended window on the callers' clock none.
+func testRoundTrips(t *testing.T, pg *testenv.Postgres) {
+	tracer := &roundTrips{}
+	pool := newPool(t, pg, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 1 // one connection, whose statements the warm-up prepares
+		cfg.ConnConfig.Tracer = tracer
+	})
+	for _, serverTime := range []bool{false, true} {
+		c := newCoordinator(t, pool, pgcoord.Options{Table: "round_trips", ServerTime: serverTime, CleanupEvery: -1})
+		ctx, t0 := context.Background(), storetest.Timeline()
+		r := gale.Rule{Algorithm: gale.FixedWindow, Limit: 1000, Period: time.Hour}
+		ops := func(key string) {
+			g, err := c.Lease(ctx, key, r, 1, 1, t0)
+			if err != nil || g.Granted != 1 {
+				t.Fatalf("lease: %+v, %v", g, err)
+			}
+			rec := federation.Reconcile{Leftover: 0, WindowEnd: g.WindowEnd, Token: "eu", Now: t0}
+			if got, err := c.Reconcile(ctx, key, r, rec); err != nil || got != federation.Applied {
+				t.Fatalf("reconcile: %v, %v", got, err)
+			}
+			if _, err := c.Lease(ctx, key, r, 2000, 2000, t0); err != nil { // a denial
+				t.Fatal(err)
+			}
+		}
+		prefix := fmt.Sprintf("ServerTime=%v/", serverTime)
+		ops(prefix + "warm-up")
+		const n = 10
+		before := tracer.n.Load()
+		for i := range n {
+			ops(prefix + strings.Repeat("k", i+1))
+		}
+		if got, want := tracer.n.Load()-before, int64(n*3*2); got != want {
+			t.Fatalf("ServerTime %v: %d operations took %d round trips, want %d (2 each)", serverTime, n*3, got, want)
+		}
+		if !serverTime {
+			before = tracer.n.Load()
+			rec := federation.Reconcile{Leftover: 1, WindowEnd: t0, Token: "eu", Now: t0}
+			if got, err := c.Reconcile(ctx, "k", r, rec); err != nil || got != federation.Expired {
+				t.Fatalf("reconcile of an ended window: %v, %v", got, err)
+			}
+			if got := tracer.n.Load() - before; got != 0 {
+				t.Fatalf("a reconcile of an ended window took %d round trips, want 0", got)
+			}
+		}
+	}
+}
