@@ -6,24 +6,22 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 )
 
 // MemoryCoordinator is a Coordinator in this process's memory: for tests,
-// the model's reference, and one host running several regions. It applies
-// the pure strategies of package gale under one lock. The zero value is not
-// usable; call NewMemoryCoordinator. It is safe for concurrent use.
+// the model's reference, and one host running several regions. Its budgets
+// are a memstore (the pure strategies of package gale under a lock per
+// shard); its reconcile markers sit beside them under one lock. The zero
+// value is not usable; call NewMemoryCoordinator. It is safe for
+// concurrent use.
 type MemoryCoordinator struct {
-	clock func() time.Time // nil: the callers' now
+	clock   func() time.Time // nil: the callers' now
+	budgets *memstore.Store
 
-	mu      sync.Mutex
-	budgets map[string]*memBudget
-	marks   map[markKey]int64 // reconcile markers → the Unix µs they lapse at
-	ops     int
-}
-
-type memBudget struct {
-	state    gale.State
-	expireAt int64
+	mu    sync.Mutex
+	marks map[markKey]int64 // reconcile markers → the Unix µs they lapse at
+	ops   int
 }
 
 type markKey struct {
@@ -38,45 +36,22 @@ var _ Coordinator = (*MemoryCoordinator)(nil)
 // the now each call passes (fake-clock tests); otherwise it reads clock,
 // as a coordinator on its own clock does, and reports it in Grant.Now.
 func NewMemoryCoordinator(clock func() time.Time) *MemoryCoordinator {
-	return &MemoryCoordinator{clock: clock, budgets: make(map[string]*memBudget), marks: make(map[markKey]int64)}
+	return &MemoryCoordinator{clock: clock, budgets: memstore.New(), marks: make(map[markKey]int64)}
 }
 
-func (c *MemoryCoordinator) now(callers time.Time) int64 {
+func (c *MemoryCoordinator) now(callers time.Time) time.Time {
 	if c.clock != nil {
-		return c.clock().UnixMicro()
+		return c.clock()
 	}
-	return callers.UnixMicro()
+	return callers
 }
 
 // Lease takes between min and max units of key's budget.
 func (c *MemoryCoordinator) Lease(ctx context.Context, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {
-	if err := ctx.Err(); err != nil {
-		return gale.Grant{}, err
-	}
 	if err := CheckRule(rule); err != nil {
 		return gale.Grant{}, err
 	}
-	if err := gale.CheckArgs(rule, min, max); err != nil {
-		return gale.Grant{}, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	us := c.now(now)
-	b := c.budgets[key]
-	var st gale.State
-	if b != nil && b.expireAt > us {
-		st = b.state
-	}
-	next, o := rule.Take(st, us, min, max)
-	if o.Granted > 0 {
-		if b == nil {
-			b = &memBudget{}
-			c.budgets[key] = b
-		}
-		b.state, b.expireAt = next, o.ExpireAt
-	}
-	c.sweep(us)
-	return o.Grant(rule, us), nil
+	return c.budgets.Lease(ctx, key, rule, min, max, c.now(now))
 }
 
 // Reconcile gives back unused units once per (key, WindowEnd, Token).
@@ -87,9 +62,10 @@ func (c *MemoryCoordinator) Reconcile(ctx context.Context, key string, rule gale
 	if err := CheckReconcile(rule, rec); err != nil {
 		return 0, err
 	}
+	now := c.now(rec.Now)
+	us, we := now.UnixMicro(), rec.WindowEnd.UnixMicro()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	us, we := c.now(rec.Now), rec.WindowEnd.UnixMicro()
 	mk := markKey{key, we, rec.Token}
 	if lapse, ok := c.marks[mk]; ok && lapse > us {
 		return Duplicate, nil
@@ -98,31 +74,25 @@ func (c *MemoryCoordinator) Reconcile(ctx context.Context, key string, rule gale
 		return Expired, nil // nothing to give back to; a marker would lapse at once
 	}
 	c.marks[mk] = we
-	if b := c.budgets[key]; b != nil && b.expireAt > us {
-		if next, changed := rule.Give(b.state, us, rec.Leftover, we); changed {
-			b.state = next
-		}
-	}
 	c.sweep(us)
+	// Under c.mu: a concurrent copy of this reconcile finds the marker.
+	if err := c.budgets.Return(ctx, key, rule, rec.Leftover, rec.WindowEnd, now); err != nil {
+		return 0, err
+	}
 	return Applied, nil
 }
 
 // Healthy returns nil: memory always answers.
 func (c *MemoryCoordinator) Healthy(ctx context.Context) error { return ctx.Err() }
 
-// sweep forgets expired budgets and lapsed markers, every so many
-// operations (amortised O(1)). Called with c.mu held.
+// sweep forgets lapsed markers, every so many reconciles (amortised O(1)).
+// Called with c.mu held.
 func (c *MemoryCoordinator) sweep(now int64) {
 	c.ops++
-	if c.ops < max(4096, len(c.budgets)+len(c.marks)) {
+	if c.ops < max(4096, len(c.marks)) {
 		return
 	}
 	c.ops = 0
-	for k, b := range c.budgets {
-		if b.expireAt <= now {
-			delete(c.budgets, k)
-		}
-	}
 	for k, lapse := range c.marks {
 		if lapse <= now {
 			delete(c.marks, k)

@@ -168,27 +168,37 @@ func invalidArguments(t *testing.T, c federation.Coordinator, key string, t0 tim
 	}
 }
 
-func concurrentLeases(t *testing.T, c federation.Coordinator) {
-	r := gale.Rule{Algorithm: gale.FixedWindow, Limit: 100, Period: time.Hour}
-	key, now := fmt.Sprintf("%s/%d", t.Name(), time.Now().UnixNano()), storetest.Timeline()
-	var granted atomic.Int64
+// hammer runs take from 16 goroutines, 20 times each, and returns the sum
+// of what it took; an error fails t.
+func hammer(t *testing.T, take func() (int64, error)) int64 {
+	var sum atomic.Int64
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range 20 {
-				g, err := c.Lease(context.Background(), key, r, 1, 3, now)
+				n, err := take()
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				granted.Add(g.Granted)
+				sum.Add(n)
 			}
 		}()
 	}
 	wg.Wait()
-	if got := granted.Load(); got != 100 {
+	return sum.Load()
+}
+
+func concurrentLeases(t *testing.T, c federation.Coordinator) {
+	r := gale.Rule{Algorithm: gale.FixedWindow, Limit: 100, Period: time.Hour}
+	key, now := fmt.Sprintf("%s/%d", t.Name(), time.Now().UnixNano()), storetest.Timeline()
+	got := hammer(t, func() (int64, error) {
+		g, err := c.Lease(context.Background(), key, r, 1, 3, now)
+		return g.Granted, err
+	})
+	if got != 100 {
 		t.Fatalf("16 regions leasing 1..3 concurrently were granted %d in one window, want exactly the limit 100", got)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,24 +174,11 @@ func concurrentTakes(t *testing.T, e federation.Escrow) {
 	if _, err := e.Refill(context.Background(), key, 100, federation.Window{End: now.Add(time.Hour), TTL: time.Hour}, now); err != nil {
 		t.Fatal(err)
 	}
-	var taken atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 20 {
-				h, err := e.Take(context.Background(), key, 1, 3, now)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				taken.Add(h.Granted)
-			}
-		}()
-	}
-	wg.Wait()
-	if got := taken.Load(); got != 100 {
+	got := hammer(t, func() (int64, error) {
+		h, err := e.Take(context.Background(), key, 1, 3, now)
+		return h.Granted, err
+	})
+	if got != 100 {
 		t.Fatalf("16 processes taking 1..3 concurrently took %d of a balance of 100, want exactly 100", got)
 	}
 }
