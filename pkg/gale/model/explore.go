@@ -35,22 +35,32 @@ type explored struct {
 
 // Explore enumerates every state reachable from c.Initial() by Next, breadth
 // first, identifying states equal up to a permutation of nodes.
-func Explore(c Config) (*Space, error) {
+func Explore(c Config) (*Space, error) { return exploreUntil(c, nil) }
+
+// exploreUntil is Explore, stopping as soon as it reaches a state satisfying
+// stop, when stop is not nil: the space of a broken protocol can be
+// unbounded (a window admitting without end) where the shortest path to
+// its first break is short. That state is then the last of the space, and
+// Find returns the path to it.
+func exploreUntil(c Config, stop func(State) bool) (*Space, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	sp := &Space{cfg: c}
 	seen := map[string]int{}
-	add := func(s State, parent int, step Step) {
+	add := func(s State, parent int, step Step) bool {
 		k := c.key(s)
 		if _, ok := seen[k]; ok {
-			return
+			return false
 		}
 		seen[k] = len(sp.states)
 		sp.states = append(sp.states, explored{state: s, parent: parent, step: step})
 		sp.most = max(sp.most, s.Admitted)
+		return stop != nil && stop(s)
 	}
-	add(c.Initial(), -1, Step{})
+	if add(c.Initial(), -1, Step{}) {
+		return sp, nil
+	}
 	for i := 0; i < len(sp.states); i++ { // the slice is the BFS queue
 		for _, t := range c.Next(sp.states[i].state) {
 			if t.Step.Kind == Deny {
@@ -58,7 +68,9 @@ func Explore(c Config) (*Space, error) {
 			}
 			sp.edges++
 			c.sortNodes(t.After)
-			add(t.After, i, t.Step)
+			if add(t.After, i, t.Step) {
+				return sp, nil
+			}
 		}
 	}
 	return sp, nil

@@ -19,6 +19,11 @@
 // L2 (idle return, eviction, reload, shutdown), and the low-water background
 // refill.
 //
+// With Config.Reconciles it is the federated model (federated.go,
+// pkg/gale/federation): the same machine one level up, with regions for
+// nodes and the cross-region coordinator (L3) for L2, and a region's return
+// a reconcile over a network that delivers it late, twice or never.
+//
 // Each node's state for the key is the real gale.KeyState, and every change
 // to it is a call of the real gale.Machine (Check, Landed, GiveBack, Drain,
 // Expire): the model has no leasing logic of its own. It only sequences the
@@ -82,10 +87,21 @@ type Config struct {
 	// limiter tells the machine (Machine.Abandon), and the lease lands
 	// later, as a Refill step of its own.
 	GiveUps bool
+	// Reconciles, when > 0, federates the model (pkg/gale/federation, and
+	// federated.go): the nodes are regions, each one window-coupled leased
+	// machine, L2 is the cross-region coordinator (L3), and a region's
+	// Return is a reconcile sent over a network instead of a give-back
+	// applied at once. The network delivers it once, again (a retry whose
+	// answer was lost), after its window has ended, or never. Reconciles is
+	// how many a region may have in flight at once. Requires Coupled and
+	// Returns. 0..2.
+	Reconciles int
 
 	// fault makes the machine explored a deliberately broken one (tests
 	// only), so that tests can show the model finds each hole on its own.
 	fault gale.Fault
+	// coordFault does the same for the federated model's L3.
+	coordFault coordinatorFault
 }
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -109,6 +125,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: refunds %d outside 0..3", ErrInvalidConfig, c.Refunds)
 	case c.NegativeHits < 0 || c.NegativeHits > 3:
 		return fmt.Errorf("%w: negative hits %d outside 0..3", ErrInvalidConfig, c.NegativeHits)
+	case c.Reconciles < 0 || c.Reconciles > maxReconciles:
+		return fmt.Errorf("%w: reconciles %d outside 0..%d", ErrInvalidConfig, c.Reconciles, maxReconciles)
+	case c.Reconciles > 0 && (!c.Coupled || !c.Returns):
+		return fmt.Errorf("%w: reconciles need coupled and returns (federation is window-coupled, and a reconcile is a region's return)", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -172,6 +192,11 @@ type Node struct {
 	Held int
 	// Negs is how many negative hits the node applied in this window.
 	Negs int
+	// Reconciles are the reconciles the region sent that the network has
+	// not finished with (Config.Reconciles), sorted (sortReconciles): empty
+	// slots, Leftover 0, first. They belong to the network, not to the key:
+	// a Return keeps them.
+	Reconciles [maxReconciles]Reconcile
 }
 
 func (s State) clone() State {
@@ -191,8 +216,13 @@ func (s State) Credits() []int {
 func (s State) String() string {
 	str := fmt.Sprintf("window %d  L2 %d  admitted %d  credits %v", s.Window, s.L2, s.Admitted, s.Credits())
 	detail := false
+	flight := false
 	for _, n := range s.Nodes {
 		detail = detail || n.Pending != 0 || n.Held != 0 || n.Negs != 0
+		flight = flight || n.Reconciles != [maxReconciles]Reconcile{}
+	}
+	if flight {
+		str += "  in flight " + inFlight(s.Nodes)
 	}
 	if detail || s.Consumed != 0 {
 		var b strings.Builder
@@ -241,7 +271,7 @@ const (
 	// (Config.LowWater), or the lease of a check that gave up.
 	Refill
 	// Return gives a node's credits back to L2 and forgets the key
-	// (Config.Returns).
+	// (Config.Returns; federated, Send).
 	Return
 	// GiveUp is a check that begins a lease and gives up before it lands
 	// (Config.GiveUps).
@@ -249,15 +279,33 @@ const (
 	// GiveUpLanded is a check that gives up as its lease lands, before it
 	// is served from it (Config.GiveUps).
 	GiveUpLanded
+	// Send is a region draining its key (Return, federated): the credits
+	// it gives back leave as a reconcile in flight.
+	Send
+	// Deliver is L3 receiving the reconcile in the region's Step.Slot and
+	// answering Step.Outcome; the region hears the answer, and the
+	// reconcile is done.
+	Deliver
+	// DeliverRetry is Deliver with the answer lost: the region sends the
+	// reconcile again, under the same token, and it stays in flight.
+	DeliverRetry
+	// Drop is the network losing the reconcile in Step.Slot for good (the
+	// region's retries gave up, or its queue was full).
+	Drop
 )
 
 // Step is one transition: its kind, the node it happens on (unused by Roll),
 // and the credits L2 granted (LeaseServe, LeaseTake, Lease and Refill) or
-// took back (Return).
+// took back (Return, Deliver, DeliverRetry) or a region sent (Send). Slot
+// and Outcome are a federated step's: the reconcile's slot in the region's
+// Node.Reconciles (Deliver, DeliverRetry, Drop), and L3's answer (Deliver,
+// DeliverRetry).
 type Step struct {
 	Kind    StepKind
 	Node    int
 	Granted int
+	Slot    int
+	Outcome Reconciled
 }
 
 func (s Step) String() string {
@@ -288,6 +336,17 @@ func (s Step) String() string {
 		return fmt.Sprintf("node %d begins a lease and gives up", s.Node)
 	case GiveUpLanded:
 		return fmt.Sprintf("node %d leases %d and gives up", s.Node, s.Granted)
+	case Send:
+		if s.Granted == 0 {
+			return fmt.Sprintf("region %d drains, nothing to give back", s.Node)
+		}
+		return fmt.Sprintf("region %d drains, reconciles %d", s.Node, s.Granted)
+	case Deliver:
+		return fmt.Sprintf("L3 gets region %d's reconcile: %s", s.Node, s.answer())
+	case DeliverRetry:
+		return fmt.Sprintf("L3 gets region %d's reconcile: %s, answer lost", s.Node, s.answer())
+	case Drop:
+		return fmt.Sprintf("the network loses region %d's reconcile", s.Node)
 	}
 	return fmt.Sprintf("Step(%d)", s.Kind)
 }

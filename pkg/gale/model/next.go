@@ -181,13 +181,23 @@ func (c Config) Next(s State) []Transition {
 		// ReturnIdle, an eviction, Close (Drain): the credits the machine
 		// gives up go back to L2, which drops those of a window that has
 		// ended, and the node forgets the key. A key with a lease in flight
-		// is never drained.
-		if c.Returns && n.Key.Lease == 0 && !forgotten(n.Key) {
+		// is never drained. Federated, they go back by a reconcile in
+		// flight (federated.go), which the network then delivers or loses.
+		switch {
+		case !c.Returns || n.Key.Lease != 0 || forgotten(n.Key):
+		case c.federated():
+			if tr, ok := c.send(s, i); ok {
+				out = append(out, tr)
+			}
+		default:
 			t := s.clone()
 			r, _ := m.Drain(&t.Nodes[i].Key, now)
 			back := c.giveBack(&t, r)
 			t.Nodes[i] = Node{Held: n.Held, Negs: n.Negs} // Held and Negs belong to requests, not to the key
 			add(Return, i, back, t)
+		}
+		if c.federated() {
+			out = append(out, c.reconciles(s, i)...)
 		}
 	}
 	// The roll: L2 starts the next window at Limit; each node's machine
@@ -204,6 +214,9 @@ func (c Config) Next(s State) []Transition {
 		for i := range t.Nodes {
 			n := &t.Nodes[i]
 			m.Expire(&n.Key, next)
+			if c.federated() {
+				c.rollReconciles(n)
+			}
 			n.Negs = 0
 			if c.fault&gale.FaultUncheckedGiveBack == 0 {
 				n.Held = 0
@@ -285,8 +298,19 @@ func (c Config) nodeKey(b []byte, n Node, w int) []byte {
 		// full FromWindow; the full one grows with each take and refund.
 		// Until and WindowEnd are read only against this window's end: none
 		// and ended are alike (Expires is not: ended expiry has struck).
+		// Used only a refund or a negative hit reads (GiveBack): the
+		// federated spaces leave it out when they have neither. (The
+		// other return spaces keep it, as their counts were pinned with
+		// it.)
 		cur := func(t time.Time) bool { return t.Equal(end) }
-		b = append(b, byte(min(k.FromWindow, k.Credits)), byte(k.Used), rel(k.Expires), b2(cur(k.Until)), b2(cur(k.WindowEnd)))
+		used := byte(k.Used)
+		if c.federated() && c.Refunds == 0 && c.NegativeHits == 0 {
+			used = 0
+		}
+		b = append(b, byte(min(k.FromWindow, k.Credits)), used, rel(k.Expires), b2(cur(k.Until)), b2(cur(k.WindowEnd)))
+	}
+	if c.federated() {
+		b = c.reconcileKey(b, n)
 	}
 	return b
 }
