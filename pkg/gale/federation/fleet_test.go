@@ -123,8 +123,7 @@ func (f *federatedFleet) check(r, p int, now time.Time) gale.Decision {
 	return d
 }
 
-// perWindow returns the most any window admitted and the admissions of
-// each window ending at ends.
+// most returns the most any window admitted.
 func (f *federatedFleet) most() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -135,6 +134,7 @@ func (f *federatedFleet) most() int64 {
 	return most
 }
 
+// in returns the admissions of the window ending at windowEnd.
 func (f *federatedFleet) in(windowEnd time.Time) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()

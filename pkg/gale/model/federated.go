@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
 )
 
 // The federated model (Config.Reconciles > 0) is the window-coupled model
@@ -63,30 +64,6 @@ type Reconcile struct {
 	Applied bool
 }
 
-// Reconciled is what L3 does with a reconcile it gets: federation.Reconciled.
-type Reconciled uint8
-
-const (
-	// ReconcileApplied: the leftover went back to the window in place.
-	ReconcileApplied Reconciled = iota + 1
-	// ReconcileDuplicate: L3 holds the reconcile's marker; nothing changed.
-	ReconcileDuplicate
-	// ReconcileExpired: the reconcile's window has ended; nothing changed.
-	ReconcileExpired
-)
-
-func (r Reconciled) String() string {
-	switch r {
-	case ReconcileApplied:
-		return "applied"
-	case ReconcileDuplicate:
-		return "duplicate"
-	case ReconcileExpired:
-		return "expired"
-	}
-	return fmt.Sprintf("Reconciled(%d)", uint8(r))
-}
-
 // coordinatorFault names a deliberate defect of the federated model's L3
 // (tests only): the model must find each.
 type coordinatorFault uint8
@@ -138,18 +115,18 @@ func used(n *Node) int {
 // deliver is L3 getting reconcile r: it answers as
 // federation.MemoryCoordinator does (see the top of this file), and returns
 // the answer and the units it took back into the window in place.
-func (c Config) deliver(t *State, r Reconcile) (Reconciled, int) {
+func (c Config) deliver(t *State, r Reconcile) (federation.Reconciled, int) {
 	switch {
 	case r.Applied && c.coordFault&faultNoMarker == 0:
-		return ReconcileDuplicate, 0
+		return federation.Duplicate, 0
 	case r.Ended && c.coordFault&faultWrongWindow == 0:
-		return ReconcileExpired, 0
+		return federation.Expired, 0
 	}
 	// Not ended (or the wrong-window fault): the window r names is, for L3,
 	// the one in place.
 	before := t.L2
 	c.giveBack(t, gale.Return{Credits: int64(r.Leftover), WindowEnd: windowEnd(t.Window)})
-	return ReconcileApplied, t.L2 - before
+	return federation.Applied, t.L2 - before
 }
 
 // reconciles returns the network's transitions of node i's reconciles in s:
@@ -171,7 +148,7 @@ func (c Config) reconciles(s State, i int) []Transition {
 				step.Outcome, step.Granted = c.deliver(&t, r)
 			}
 			if kind == DeliverRetry {
-				if step.Outcome != ReconcileApplied || r.Applied && step.Granted == 0 {
+				if step.Outcome != federation.Applied || r.Applied && step.Granted == 0 {
 					continue
 				}
 				n.Reconciles[j].Applied = true
@@ -231,7 +208,7 @@ func (c Config) reconcileKey(b []byte, n Node) []byte {
 
 // answer words L3's answer in a Deliver or DeliverRetry step.
 func (s Step) answer() string {
-	if s.Outcome == ReconcileApplied {
+	if s.Outcome == federation.Applied {
 		return fmt.Sprintf("applied, takes back %d", s.Granted)
 	}
 	return s.Outcome.String()

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
 )
 
 // The federated model's parameters (federated.go): K regions share Limit 4
@@ -192,7 +193,7 @@ func TestFederatedMutationsAreFound(t *testing.T) {
 func applied(tr Trace, of func(Reconcile) bool) int {
 	k, before := 0, tr.Initial
 	for _, s := range tr.Steps {
-		if s.Step.Outcome == ReconcileApplied && of(before.Nodes[s.Step.Node].Reconciles[s.Step.Slot]) {
+		if s.Step.Outcome == federation.Applied && of(before.Nodes[s.Step.Node].Reconciles[s.Step.Slot]) {
 			k++
 		}
 		before = s.After
@@ -228,14 +229,14 @@ func TestFederatedReconcileAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		steps []Step
-		want  Reconciled // L3's answer to the last step
-		l3    int        // what L3 can grant after it
+		want  federation.Reconciled // L3's answer to the last step
+		l3    int                   // what L3 can grant after it
 	}{
-		{"applied: the leftover is pooled", []Step{lease, send, {Kind: Deliver}}, ReconcileApplied, 3},
-		{"a retry is a duplicate", []Step{lease, send, {Kind: DeliverRetry}, {Kind: Deliver}}, ReconcileDuplicate, 3},
-		{"a retry applied once", []Step{lease, send, {Kind: DeliverRetry}}, ReconcileApplied, 3},
-		{"after the boundary: expired", []Step{lease, send, {Kind: Roll}, {Kind: Deliver}}, ReconcileExpired, fedLimit},
-		{"a retry after the boundary: expired", []Step{lease, send, {Kind: DeliverRetry}, {Kind: Roll}, {Kind: Deliver}}, ReconcileExpired, fedLimit},
+		{"applied: the leftover is pooled", []Step{lease, send, {Kind: Deliver}}, federation.Applied, 3},
+		{"a retry is a duplicate", []Step{lease, send, {Kind: DeliverRetry}, {Kind: Deliver}}, federation.Duplicate, 3},
+		{"a retry applied once", []Step{lease, send, {Kind: DeliverRetry}}, federation.Applied, 3},
+		{"after the boundary: expired", []Step{lease, send, {Kind: Roll}, {Kind: Deliver}}, federation.Expired, fedLimit},
+		{"a retry after the boundary: expired", []Step{lease, send, {Kind: DeliverRetry}, {Kind: Roll}, {Kind: Deliver}}, federation.Expired, fedLimit},
 		{"lost: the leftover with it", []Step{lease, send, {Kind: Drop}}, 0, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

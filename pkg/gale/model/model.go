@@ -40,6 +40,7 @@ import (
 	"strings"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
 )
 
 // Config is the protocol instance to explore. Nodes, Limit, Batch and
@@ -305,7 +306,7 @@ type Step struct {
 	Node    int
 	Granted int
 	Slot    int
-	Outcome Reconciled
+	Outcome federation.Reconciled
 }
 
 func (s Step) String() string {
