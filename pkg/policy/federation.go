@@ -107,7 +107,7 @@ func (r *reader) checkFederated(d *Descriptor, field string, modeKey, leaseKey, 
 		r.errorf(leaseKey, join(field, "lease"), "a federated descriptor leases through its region: tune it with federation: {batch: ...}, not lease")
 	}
 	if fairKey != nil {
-		r.errorf(modeKey, join(field, "mode"), "fairness is not federated yet: a fair limit leases its budget itself; remove mode: federated or fairness")
+		r.errorf(modeKey, join(field, "mode"), "fairness is not federated yet: a fair limit leases its budget itself, and the federated weighted-fair escrow (pkg/gale/fair.Federated) decides in one process with no store between regions yet; remove mode: federated or fairness")
 	}
 	if storeKey != nil {
 		r.errorf(storeKey, join(field, "on_store_error"), "a federated descriptor answers outages with federation: {outage: fail_closed|regional_only}, not on_store_error")

@@ -43,4 +43,13 @@
 // Shared runs the same decisions in each process of a fleet over budget
 // leased in quanta from a gale.Store fixed-window counter, so the fleet's
 // admissions per window stay at or below Limit for any number of processes.
+//
+// Federated runs the decisions over tenants that call from several regions,
+// with each tenant-region pair's share from Allocate: a cross-region layer
+// over the regions, each weighted by its active aggregate tenant weight,
+// composed with the in-region WaterFill, after splitting each tenant's weight
+// among its regions by its demand there. Each tenant's total over its regions
+// is then its flat weighted max-min fair share of Limit. Federated is one
+// arbiter in one process; distributing it needs a store that carries the
+// regions' demands and admissions, which this package does not have yet.
 package fair
