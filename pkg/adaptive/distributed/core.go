@@ -161,6 +161,8 @@ func (r Report) Validate() error {
 	switch {
 	case r.Node == "":
 		return fmt.Errorf("%w: empty nodeId", ErrBadReport)
+	case r.Seq < 1:
+		return fmt.Errorf("%w: node %q seq 0, want ≥ 1 (strictly increasing per instance)", ErrBadReport, r.Node)
 	case r.Local < 1:
 		return fmt.Errorf("%w: node %q local limit %d, want ≥ 1", ErrBadReport, r.Node, r.Local)
 	case r.Inflight < 0 || r.Demand < 0:

@@ -35,7 +35,7 @@ func TestBeatPropertiesOnRandomFleets(t *testing.T) {
 			}
 			seq[node]++
 			rep := Report{Node: node, Instance: "i", Seq: seq[node], Local: local, Inflight: r.IntN(8), Demand: r.IntN(20), AppliedGen: gen[node]}
-			if r.IntN(8) == 0 {
+			if seq[node] > 1 && r.IntN(8) == 0 {
 				rep.Seq = seq[node] - 1 // an out-of-order report
 			}
 			before := 0

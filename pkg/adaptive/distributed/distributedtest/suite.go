@@ -251,11 +251,12 @@ func eviction(t *testing.T, c distributed.Coordinator, gate string) {
 func badReports(t *testing.T, c distributed.Coordinator, gate string) {
 	b := newBeater(t, c, gate, ttl)
 	for _, r := range []distributed.Report{
-		{Instance: "i", Local: 1},
-		{Node: "a", Instance: "i", Local: 0},
-		{Node: "a", Instance: "i", Local: 1, Inflight: -1},
+		{Instance: "i", Seq: 1, Local: 1},
+		{Node: "a", Instance: "i", Seq: 1, Local: 0},
+		{Node: "a", Instance: "i", Seq: 1, Local: 1, Inflight: -1},
+		{Node: "a", Instance: "i", Seq: 0, Local: 1},
 	} {
-		if _, err := b.try(r, t0); !errors.Is(err, distributed.ErrBadReport) {
+		if _, err := b.c.Heartbeat(context.Background(), b.gate, r, b.cfg, t0); !errors.Is(err, distributed.ErrBadReport) {
 			t.Fatalf("%+v: %v, want ErrBadReport", r, err)
 		}
 	}
