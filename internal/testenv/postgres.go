@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -9,8 +10,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // PostgresInstall says how to get PostgreSQL when it is missing.
@@ -120,8 +123,63 @@ func (p *Postgres) start() error {
 	if err != nil {
 		return err
 	}
-	// Killed as a process group: the postmaster and its backends.
-	return p.launch(cmd, out, "postgres", "ready to accept connections", func(c *exec.Cmd) { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL) })
+	return p.launch(cmd, out, "postgres", "ready to accept connections", killPostmaster)
+}
+
+// killPostmaster kills the postmaster and every process it started, and
+// waits for them to be gone: each backend runs in a session of its own
+// (PostgreSQL's children call setsid), so killing the postmaster's process
+// group leaves them serving their connections until they notice.
+func killPostmaster(c *exec.Cmd) {
+	pid := c.Process.Pid
+	children := childrenOf(pid)
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	for _, child := range children {
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, child := range children {
+		for alive(child) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// alive reports whether pid still runs (a zombie has exited: its parent,
+// the killed postmaster, will never reap it, init will).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && len(stat) > i+2 && stat[i+2] != 'Z'
 }
 
 // postgresBin finds the directory of initdb and postgres: on PATH, or

@@ -14,9 +14,10 @@ import (
 // hold for the fleet. Heartbeats of different gates are independent.
 type Coordinator interface {
 	// Heartbeat records rep for gate under cfg and returns the node's grant.
-	// now is the caller's clock: a coordinator that keeps its own (Redis's
-	// TIME, PostgreSQL's clock_timestamp) ignores it, so every node's lease
-	// is on one clock. A malformed report or config is an error wrapping
+	// now is the caller's clock: a coordinator configured to keep its own
+	// (the Redis and PostgreSQL ones with ServerTime: Redis's TIME,
+	// PostgreSQL's clock_timestamp) ignores it, so every node's lease is on
+	// one clock. A malformed report or config is an error wrapping
 	// ErrBadReport or from Config.Validate; a duplicate live nodeId one
 	// wrapping ErrDuplicateNode; anything else is the backend's failure.
 	Heartbeat(ctx context.Context, gate string, rep Report, cfg Config, now time.Time) (Grant, error)

@@ -136,7 +136,7 @@ func (c *Coordinator) lease(ctx context.Context, key string, rule gale.Rule, min
 	var row budgetRow
 	us := callers
 	conn, err := c.begin(ctx, func(b *pgx.Batch) {
-		b.Queue("BEGIN")
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // pinned: a pool defaulting to repeatable read would read from a snapshot older than the lock
 		b.Queue(c.sql.lockBudget, k)
 		b.Queue(c.sql.selectBudget, k)
 		if c.serverTime {
@@ -216,7 +216,7 @@ func (c *Coordinator) reconcile(ctx context.Context, key string, rule gale.Rule,
 		budgetFound bool
 	)
 	conn, err := c.begin(ctx, func(b *pgx.Batch) {
-		b.Queue("BEGIN")
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // pinned: a pool defaulting to repeatable read would read from a snapshot older than the lock
 		if c.serverTime {
 			b.Queue(c.sql.mark, k, we, token)
 		} else {
