@@ -56,9 +56,9 @@ func (s Split) String() string {
 // Config is what every node of one gate agrees on; each heartbeat carries it.
 type Config struct {
 	// LeaseTTL is how long a node's record lives without a heartbeat.
-	LeaseTTL time.Duration
-	Aggregate
-	Split
+	LeaseTTL  time.Duration
+	Aggregate Aggregate
+	Split     Split
 	// Handoff turns on acknowledged handoff: a node's reserve is the highest
 	// share issued to it and not yet acknowledged, until it echoes the
 	// generation, rather than its latest share.
@@ -136,7 +136,7 @@ func (s Status) String() string {
 
 // Grant is the coordinator's answer to a heartbeat.
 type Grant struct {
-	Status
+	Status Status
 	// Share is the node's share of the global ceiling, at generation Gen.
 	Share int
 	Gen   uint64
@@ -148,6 +148,11 @@ type Grant struct {
 	// node carries the lease end over to its clock by their difference.
 	ExpiresAt, Now int64
 }
+
+// MaxCount bounds a report's Local, Inflight and Demand: up to it no sum or
+// product Beat computes overflows (nor leaves the integers a double holds
+// exactly, which the Redis script computes in). A report above it is bad.
+const MaxCount = 1<<26 - 1
 
 // ErrDuplicateNode is returned for a report whose Node has a live record of
 // another Instance: two processes share a nodeId. The state is unchanged.
@@ -167,6 +172,9 @@ func (r Report) Validate() error {
 		return fmt.Errorf("%w: node %q local limit %d, want ≥ 1", ErrBadReport, r.Node, r.Local)
 	case r.Inflight < 0 || r.Demand < 0:
 		return fmt.Errorf("%w: node %q inflight %d, demand %d, want ≥ 0", ErrBadReport, r.Node, r.Inflight, r.Demand)
+	case r.Local > MaxCount || r.Inflight > MaxCount || r.Demand > MaxCount:
+		return fmt.Errorf("%w: node %q local %d, inflight %d, demand %d, want each ≤ %d",
+			ErrBadReport, r.Node, r.Local, r.Inflight, r.Demand, MaxCount)
 	}
 	return nil
 }
