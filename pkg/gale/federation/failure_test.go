@@ -58,6 +58,112 @@ func TestL3KilledMidWindow(t *testing.T) {
 	}
 }
 
+// TestRegionalOnlyOnRealServers: TestRegionalOnly's sub-bound on real
+// servers — each region's own redis-server as its L2 and for its regional
+// budget, one more as L3 — with the L3 cut mid-window: killed, or
+// partitioned by a proxy that holds its replies (leases reach it and are
+// granted there, and the answers never come back). The sub-bound as
+// README.md and RegionalOnly's doc state it: each region's regional budget
+// grants at most its regional limit per window; a window admits at most
+// what the coordinator granted in it plus Σ regional limits, and with each
+// regional limit the region's static slice, a window the outage covers
+// whole admits at most the limit. Under load each is reached exactly: the
+// regional budget is used, not only bounded. With the L3 back, the regions
+// lease from it again and the budget is left alone.
+func TestRegionalOnlyOnRealServers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// start starts the L3 and returns the address the regions reach
+		// it at, and how to cut it off and bring it back.
+		start func(t *testing.T) (addr string, cut, back func())
+	}{
+		{"killed", func(t *testing.T) (string, func(), func()) {
+			l3 := testenv.StartRedis(t)
+			return l3.Addr, l3.Kill, l3.Restart
+		}},
+		{"partitioned", func(t *testing.T) (string, func(), func()) {
+			proxy := testenv.StartProxy(t, testenv.StartRedis(t).Addr)
+			return proxy.Addr, func() { proxy.Blackhole("downstream") }, proxy.Heal
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const k, procs = 3, 2
+			slices, err := federation.Partition(perMinute.Limit, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, cut, back := tc.start(t)
+			coord := &switchable{Coordinator: redisCoordinatorOn(t, addr), granted: map[int64]int64{}}
+			f := newFederatedFleet(t, realRegions(t, nil), fleetConfig{regions: k, processes: procs, rule: perMinute, batch: 4, regionBatch: 10,
+				outage: federation.RegionalOnly, regionalLimit: slices[0], coord: coord})
+			// regional is the units region r's regional budget granted so far.
+			regional := func(r int) int64 {
+				var n int64
+				for _, s := range f.stores[r*procs : (r+1)*procs] {
+					n += s.Stats().Regional
+				}
+				return n
+			}
+			budgets := func() []int64 {
+				var b []int64
+				for r := range k {
+					b = append(b, regional(r))
+				}
+				return b
+			}
+			// budgetsUsed checks what each region's regional budget
+			// granted since before: want for every region.
+			budgetsUsed := func(window string, before []int64, want func(r int) int64) {
+				t.Helper()
+				for r := range k {
+					if got := regional(r) - before[r]; got != want(r) || got > slices[r] {
+						t.Fatalf("%s: region %d's regional budget granted %d, want %d (its regional limit is %d)", window, r, got, want(r), slices[r])
+					}
+				}
+			}
+			var sum int64
+			for _, s := range slices {
+				sum += s
+			}
+			t0 := storetest.Timeline()
+			w0, w1, w2 := t0.Add(time.Minute), t0.Add(2*time.Minute), t0.Add(3*time.Minute)
+
+			f.storm(t0, 2)
+			if got := f.in(w0); got != k*procs*2 {
+				t.Fatalf("before the outage the fleet admitted %d of %d checks", got, k*procs*2)
+			}
+			before := budgets()
+			cut()
+			f.storm(t0.Add(10*time.Second), 40)
+			budgetsUsed("the outage's first window", before, func(r int) int64 { return slices[r] })
+			granted := coord.grantedIn(w0)
+			if got, bound := f.in(w0), granted+sum; got != bound {
+				t.Fatalf("the outage's first window admitted %d, want exactly the coordinator's grants %d + Σ regional limits %d = %d (at most: the sub-bound; at least: under load)", got, granted, sum, bound)
+			}
+
+			before = budgets()
+			f.storm(t0.Add(time.Minute), 40)
+			budgetsUsed("a window the outage covers whole", before, func(r int) int64 { return slices[r] })
+			for r := range k {
+				if got := f.inRegion(r, w1); got != slices[r] {
+					t.Fatalf("in a window the outage covers whole region %d admitted %d, want its regional limit %d", r, got, slices[r])
+				}
+			}
+			if got := f.in(w1); got != sum || sum != perMinute.Limit || coord.grantedIn(w1) != 0 {
+				t.Fatalf("a window the outage covers whole admitted %d (the coordinator granting %d), want Σ slices = %d = the limit %d", got, coord.grantedIn(w1), sum, perMinute.Limit)
+			}
+
+			back()
+			before = budgets()
+			f.storm(t0.Add(2*time.Minute), 40)
+			budgetsUsed("with the coordinator back", before, func(int) int64 { return 0 })
+			if got := f.in(w2); got != perMinute.Limit {
+				t.Fatalf("with the coordinator back the window admitted %d, want the limit %d, leased from it", got, perMinute.Limit)
+			}
+		})
+	}
+}
+
 // TestReconcileRetriedThroughAPartition: a region gives credits back while
 // a partition holds the coordinator's replies (the give-back reaches it,
 // the answer never returns); healed, the retry with the same token is

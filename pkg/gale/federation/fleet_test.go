@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,11 @@ type federatedFleet struct {
 	mu       sync.Mutex
 	admitted map[int64]int64 // window end (µs) → admissions
 	fallback int64           // admissions from regional budgets (RegionalOnly)
+	// byRegion is admitted per region: window end (µs) → admissions.
+	byRegion []map[int64]int64
+	// checks counts the checks begun; failClosed those answered by the
+	// OnStoreError policy (a fail-closed denial, Decision.Fallback).
+	checks, failClosed atomic.Int64
 }
 
 type fleetConfig struct {
@@ -58,6 +64,10 @@ type fleetConfig struct {
 	outage             federation.Outage
 	regionalLimit      int64
 	coord              federation.Coordinator // nil: a fresh one from backends
+	// storeTimeout is each process's StoreTimeout, which bounds a lease
+	// through its Region to the coordinator, and its Region's Timeout;
+	// 0 means 10 s for the one and the Region's default for the other.
+	storeTimeout time.Duration
 }
 
 func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet {
@@ -68,7 +78,12 @@ func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet 
 		coord = b.coord(t)
 	}
 	f.coord = coord
+	storeTimeout := c.storeTimeout
+	if storeTimeout == 0 {
+		storeTimeout = 10 * time.Second
+	}
 	for r := range c.regions {
+		f.byRegion = append(f.byRegion, map[int64]int64{})
 		var escrow federation.Escrow
 		if b.escrow != nil && !c.noEscrow {
 			escrow = b.escrow(t, r)
@@ -83,14 +98,14 @@ func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet 
 			reg, err := federation.NewRegion(federation.RegionConfig{
 				Name: fmt.Sprintf("region-%d", r), Instance: fmt.Sprintf("p%d", p),
 				Coordinator: coord, Escrow: escrow, Batch: c.regionBatch,
-				Outage: c.outage, Fallback: fallback, RegionalLimit: c.regionalLimit,
+				Outage: c.outage, Fallback: fallback, RegionalLimit: c.regionalLimit, Timeout: c.storeTimeout,
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			l, err := gale.New(reg, gale.Config{
 				Rule: c.rule, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: c.batch, Uncoupled: c.uncoupled},
-				OnStoreError: gale.FailClosed, StoreTimeout: 10 * time.Second, Clock: clock.NewFake(storetest.Timeline()),
+				OnStoreError: gale.FailClosed, StoreTimeout: storeTimeout, Clock: clock.NewFake(storetest.Timeline()),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -106,10 +121,14 @@ func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet 
 
 // check is one request of cost 1 at process p of region r.
 func (f *federatedFleet) check(r, p int, now time.Time) gale.Decision {
+	f.checks.Add(1)
 	d, err := f.regions[r][p].Check(context.Background(), f.key, 1, now)
 	if err != nil {
 		f.t.Errorf("region %d process %d: %v", r, p, err)
 		return d
+	}
+	if d.Fallback {
+		f.failClosed.Add(1)
 	}
 	if d.Allowed {
 		f.mu.Lock()
@@ -118,6 +137,7 @@ func (f *federatedFleet) check(r, p int, now time.Time) gale.Decision {
 		}
 		_, end := f.rule.WindowBounds(now.UnixMicro())
 		f.admitted[end]++
+		f.byRegion[r][end]++
 		f.mu.Unlock()
 	}
 	return d
@@ -139,6 +159,13 @@ func (f *federatedFleet) in(windowEnd time.Time) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.admitted[windowEnd.UnixMicro()]
+}
+
+// inRegion returns region r's admissions of the window ending at windowEnd.
+func (f *federatedFleet) inRegion(r int, windowEnd time.Time) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.byRegion[r][windowEnd.UnixMicro()]
 }
 
 // storm runs one burst: every process of every region checks n times
@@ -170,26 +197,32 @@ func (f *federatedFleet) adversarial(rng *rand.Rand, t0 time.Time, windows int) 
 		hot := rng.IntN(len(f.regions))
 		instants := []time.Duration{0, time.Duration(rng.Int64N(int64(p))), p - time.Microsecond}
 		for _, at := range instants {
-			now := start.Add(at)
-			var wg sync.WaitGroup
-			for r := range f.regions {
-				n := 1 + rng.IntN(3)
-				if r == hot {
-					n = int(f.rule.Limit)
-				}
-				for q := range f.regions[r] {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for range n {
-							f.check(r, q, now)
-						}
-					}()
-				}
-			}
-			wg.Wait()
+			f.burst(rng, start.Add(at), hot, int(f.rule.Limit))()
 		}
 	}
+}
+
+// burst starts one of adversarial's bursts at now: every process of every
+// region checks concurrently, a few times, region hot's hotChecks times
+// each. The returned wait returns once the burst is over.
+func (f *federatedFleet) burst(rng *rand.Rand, now time.Time, hot, hotChecks int) (wait func()) {
+	var wg sync.WaitGroup
+	for r := range f.regions {
+		n := 1 + rng.IntN(3)
+		if r == hot {
+			n = hotChecks
+		}
+		for q := range f.regions[r] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range n {
+					f.check(r, q, now)
+				}
+			}()
+		}
+	}
+	return wg.Wait
 }
 
 // TestFederatedBound: K regions of several processes, with and without a

@@ -267,14 +267,17 @@ func (r *Region) refill(ctx context.Context, key string, rule gale.Rule, n int64
 	}
 }
 
-// release captures a dead escrow balance and reconciles it, once.
+// release captures a dead escrow balance, once, and queues its reconcile:
+// it is sent with the pending ones after the next answered lease, in the
+// background, not on this lease's path, whose deadline a slow coordinator
+// would spend on a give-back to a window that is over on the escrow's clock.
 func (r *Region) release(ctx context.Context, key string, rule gale.Rule, end time.Time, now time.Time) {
 	n, err := r.cfg.Escrow.Release(ctx, key, end, now)
 	if err != nil || n <= 0 {
 		return
 	}
 	r.stats.released.Add(n)
-	r.reconcile(ctx, key, rule, n, end, now)
+	r.queue(key, rule, Reconcile{Leftover: n, WindowEnd: end, Token: r.token + strconv.FormatUint(r.seq.Add(1), 10), Now: now})
 }
 
 // Return gives back credits a process of the region leased in the window
@@ -305,9 +308,13 @@ func (r *Region) Return(ctx context.Context, key string, rule gale.Rule, credits
 // coordinator under a fresh token; a failure keeps it to retry.
 func (r *Region) reconcile(ctx context.Context, key string, rule gale.Rule, n int64, end, now time.Time) {
 	rec := Reconcile{Leftover: n, WindowEnd: end, Token: r.token + strconv.FormatUint(r.seq.Add(1), 10), Now: now}
-	if r.send(ctx, key, rule, rec) {
-		return
+	if !r.send(ctx, key, rule, rec) {
+		r.queue(key, rule, rec)
 	}
+}
+
+// queue keeps rec to be retried, dropping the oldest beyond maxPending.
+func (r *Region) queue(key string, rule gale.Rule, rec Reconcile) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.pending) == maxPending {
