@@ -142,6 +142,31 @@ func (g *Gate) TryAcquire(now time.Time) (Lease, bool) {
 	return g.admitLocked(now), true
 }
 
+// TryAcquireBelow is TryAcquire under an extra ceiling: it admits a request
+// at now if fewer than min(ceiling, the limit) are in flight. Both bounds
+// are compared with the in-flight count in one critical section, so no
+// concurrent Release can move the limit or the count between the check and
+// the admission: whoever passes the ceiling in (a distributed share) has
+// its admission decided by the gate's own count. A ceiling ≤ 0 admits
+// nothing. A rejection counts in Snapshot's Rejected and allocates nothing.
+func (g *Gate) TryAcquireBelow(now time.Time, ceiling int) (Lease, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight >= min(g.limit, ceiling) {
+		g.n.rejected++
+		return Lease{}, false
+	}
+	return g.admitLocked(now), true
+}
+
+// Inflight returns the number of admitted, unreleased requests, exact at one
+// instant (it takes the gate's lock, and copies nothing, unlike Snapshot).
+func (g *Gate) Inflight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inflight
+}
+
 // Acquire admits a request at now, waiting in the queue if the gate is at its
 // limit. It returns ErrLimit if there is no queue, ErrQueueFull if the queue
 // is full, ErrQueueTimeout after QueueTimeout in the queue, or ctx.Err() as

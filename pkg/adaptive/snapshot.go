@@ -18,7 +18,7 @@ type Snapshot struct {
 	ErrorRate float64       // Error and Timeout samples over the non-Dropped ones; 0 if none
 
 	Allowed           int64 // requests admitted, at once or from the queue
-	Rejected          int64 // requests refused at once: TryAcquire at the limit, ErrLimit and ErrQueueFull
+	Rejected          int64 // requests refused at once: TryAcquire(Below) at the limit or ceiling, ErrLimit and ErrQueueFull
 	RejectedQueueFull int64 // the ErrQueueFull part of Rejected
 	TimedOutInQueue   int64 // requests that left the queue with ErrQueueTimeout
 	Cancelled         int64 // requests whose context ended before Acquire returned a lease

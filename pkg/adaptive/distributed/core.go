@@ -208,8 +208,13 @@ func (c Config) Validate() error {
 //     node's reserve is max(share, inflight), or with Handoff, until it
 //     acknowledges its latest generation, max(high, inflight).
 //
-// Σ share ≤ L_global holds after every beat whatever the interleaving, and
-// so does Σ inflight ≤ L_global with Handoff (docs/PROOFS.md).
+// While L_global is constant (the nodes' local limits agree), Σ share ≤
+// L_global holds after every beat whatever the interleaving, and so does
+// Σ inflight ≤ L_global with Handoff (docs/PROOFS.md). When L_global falls,
+// the shares granted under the higher ceiling stand until their holders
+// beat again; no beat adds over-commitment meanwhile (Σ share after a beat
+// ≤ max(L_global, Σ share before)), so the fleet is back under the new
+// ceiling within one heartbeat round.
 func Beat(recs []Record, rep Report, cfg Config, now int64) ([]Record, Grant, error) {
 	if err := rep.Validate(); err != nil {
 		return recs, Grant{}, err

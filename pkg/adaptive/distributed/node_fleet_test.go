@@ -1,0 +1,124 @@
+package distributed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/adaptive"
+	"github.com/throttlekit/throttlekit/pkg/adaptive/distributed"
+)
+
+// Nodes of one gate on a Memory coordinator, driven by a random schedule of
+// beats, admissions, releases, pauses (leases running out, records
+// evicted) and restarts (a new process under the same nodeId, refused
+// while the old record lives). With every local limit equal, L_global is
+// constant and Σ ceilings ≤ L_global at every step. With local limits
+// changing, L_global moves under shares granted against an older one, so
+// the bound is the core's: each node's ceiling ≤ the share its live record
+// holds, at every step, and Σ ceilings ≤ L_global once every node has beaten
+// twice since the last change.
+func TestNodesShareTheGlobalCeiling(t *testing.T) {
+	for _, vary := range []bool{false, true} {
+		for _, handoff := range []bool{false, true} {
+			for nodes := 2; nodes <= 3; nodes++ {
+				for seed := range uint64(20) {
+					runFleet(t, fmt.Sprintf("vary=%v/handoff=%v/nodes=%d/seed=%d", vary, handoff, nodes, seed), nodes, vary, handoff, seed)
+				}
+			}
+		}
+	}
+}
+
+func runFleet(t *testing.T, name string, size int, vary, handoff bool, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	coord := distributed.NewMemory()
+	type member struct {
+		knob   *limitKnob
+		node   *distributed.Node
+		leases []distributed.Lease
+	}
+	local := 1 + rng.IntN(12)
+	fleet := make([]*member, size)
+	start := func(i int) {
+		m := &member{knob: newKnob(local)}
+		if vary {
+			m.knob = newKnob(1 + rng.IntN(12))
+		}
+		m.node = newTestNode(t, newTestGate(t, m.knob), distributed.NodeConfig{
+			Node: fmt.Sprintf("n%d", i), Coordinator: coord, Fleet: distributed.Config{Handoff: handoff}})
+		fleet[i] = m
+	}
+	for i := range fleet {
+		start(i)
+	}
+	now, global := nodeT0, 0
+	beat := func(m *member) {
+		if g, err := m.node.Beat(context.Background(), now); err == nil && g.Status == distributed.Granted {
+			global = g.Global
+		} else if err != nil && !errors.Is(err, distributed.ErrDuplicateNode) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	sum := func() int {
+		s := 0
+		for _, m := range fleet {
+			s += m.node.Stats(now).Ceiling
+		}
+		return s
+	}
+	for step := range 400 {
+		i := rng.IntN(size)
+		m := fleet[i]
+		switch op := rng.IntN(20); {
+		case op < 6:
+			beat(m)
+		case op < 12:
+			if l, ok := m.node.TryAcquire(now); ok {
+				m.leases = append(m.leases, l)
+			}
+		case op < 16:
+			if len(m.leases) > 0 {
+				k := rng.IntN(len(m.leases))
+				m.leases[k].Release(now, adaptive.OK)
+				m.leases = append(m.leases[:k], m.leases[k+1:]...)
+			}
+		case op < 17:
+			start(i) // the old process is gone, its leases with it
+		case op < 18 && vary:
+			m.knob.limit.Store(int64(1 + rng.IntN(12)))
+		default:
+			now = now.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		}
+		if !vary {
+			if s := sum(); s > global {
+				t.Fatalf("%s step %d: Σ ceilings %d > L_global %d", name, step, s, global)
+			}
+			continue
+		}
+		held := map[string]int{}
+		for _, r := range coord.Records("checkout") {
+			if r.ExpiresAt > now.UnixMicro() {
+				held[r.Node+"/"+r.Instance] = r.Share
+			}
+		}
+		for _, m := range fleet {
+			if c, h := m.node.Stats(now).Ceiling, held[m.node.ID()+"/"+m.node.Instance()]; c > h {
+				t.Fatalf("%s step %d: %s's ceiling %d above its live record's share %d", name, step, m.node.ID(), c, h)
+			}
+		}
+		if step%50 == 49 {
+			for range 2 {
+				for _, m := range fleet {
+					beat(m)
+				}
+			}
+			if s := sum(); s > global {
+				t.Fatalf("%s step %d, after two rounds: Σ ceilings %d > L_global %d", name, step, s, global)
+			}
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package adaptive
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestGateTryAcquireBelow(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		limit, ceiling  int
+		held, wantAdmit int // held before; how many more it admits
+	}{
+		{"ceiling below limit binds", 5, 2, 0, 2},
+		{"limit below ceiling binds", 2, 5, 0, 2},
+		{"equal", 3, 3, 1, 2},
+		{"zero ceiling admits nothing", 5, 0, 0, 0},
+		{"negative ceiling admits nothing", 5, -1, 0, 0},
+		{"ceiling lowered under inflight admits nothing", 5, 2, 3, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate(t, GateConfig{Controller: &scripted{limit: tc.limit}})
+			for range tc.held {
+				if _, ok := g.TryAcquire(t0); !ok {
+					t.Fatal("setup: rejected")
+				}
+			}
+			admitted := 0
+			for range tc.limit + 2 {
+				if _, ok := g.TryAcquireBelow(t0, tc.ceiling); ok {
+					admitted++
+				}
+			}
+			if admitted != tc.wantAdmit {
+				t.Fatalf("admitted %d, want %d", admitted, tc.wantAdmit)
+			}
+			if got, want := g.Inflight(), tc.held+tc.wantAdmit; got != want || g.Snapshot().Inflight != want {
+				t.Fatalf("Inflight %d, Snapshot %d, want %d", got, g.Snapshot().Inflight, want)
+			}
+			if s := g.Snapshot(); s.Rejected != int64(tc.limit+2-tc.wantAdmit) {
+				t.Fatalf("Rejected %d, want %d", s.Rejected, tc.limit+2-tc.wantAdmit)
+			}
+		})
+	}
+}
+
+// stepper is a Controller that moves its limit on every Observe, cycling
+// through [1, max]: the worst case for a check made outside the gate's lock.
+type stepper struct{ limit, max int }
+
+func (s *stepper) Observe(time.Time, Sample) int {
+	s.limit = s.limit%s.max + 1
+	return s.limit
+}
+func (s *stepper) Limit() int   { return s.limit }
+func (s *stepper) Name() string { return "stepper" }
+
+// While Releases move the limit on every call, admissions under a ceiling
+// never take inflight above it, and every lease is released exactly once.
+func TestGateTryAcquireBelowHammer(t *testing.T) {
+	g := newGate(t, GateConfig{Controller: &stepper{limit: 4, max: 8}})
+	const ceiling = 5
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				l, ok := g.TryAcquireBelow(t0, ceiling)
+				if !ok {
+					continue
+				}
+				c := g.snapshotCore()
+				if c.inflight > ceiling {
+					t.Errorf("worker %d: inflight %d above ceiling %d", w, c.inflight, ceiling)
+				}
+				if i%3 == 0 {
+					l.Release(t0, OK) // a copy's second release below is a no-op
+				}
+				l.Release(t0.Add(time.Millisecond), OK)
+			}
+		})
+	}
+	wg.Wait()
+	if n := g.Inflight(); n != 0 {
+		t.Fatalf("inflight %d after every lease was released", n)
+	}
+}
+
+func TestGateTryAcquireBelowAllocatesNothing(t *testing.T) {
+	g := newGate(t, GateConfig{Controller: &scripted{limit: 4}})
+	l, _ := g.TryAcquireBelow(t0, 1)
+	if n := testing.AllocsPerRun(100, func() { g.TryAcquireBelow(t0, 1) }); n != 0 {
+		t.Fatalf("%v allocations per rejection", n)
+	}
+	l.Release(t0, OK)
+	if n := testing.AllocsPerRun(100, func() {
+		l, _ := g.TryAcquireBelow(t0, 1)
+		l.Release(t0, OK)
+	}); n != 0 {
+		t.Fatalf("%v allocations per admission and release", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { g.Inflight() }); n != 0 {
+		t.Fatalf("%v allocations per Inflight", n)
+	}
+}
