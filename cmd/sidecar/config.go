@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -40,6 +41,9 @@ type serveConfig struct {
 	federationURL     string
 	federationTimeout time.Duration
 	federationProbe   time.Duration
+	// postgresURL is the PostgreSQL distributed gates with coordinator:
+	// postgres meet in; empty for none.
+	postgresURL string
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveConfig, error) {
@@ -52,7 +56,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.StringVar(&c.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis to use with --store redis: redis:// or rediss:// (TLS); ?master_name=NAME for Sentinel (the host is a sentinel, more with &addr=); redis+cluster:// or repeated &addr= for Cluster")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen address (RateLimitService, health, reflection); loopback unless told otherwise")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address (/metrics, /healthz, /readyz, /debug/policy, /json)")
-	fs.StringVar(&c.nodeID, "node-id", host, "this node's name in logs")
+	fs.StringVar(&c.nodeID, "node-id", host, "this sidecar's name in logs and in the fleet of each distributed concurrency gate: unique per sidecar (a pod name)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&c.responseHeaders, "response-headers", false, "add RateLimit-Limit, -Remaining and -Reset headers to responses")
@@ -65,6 +69,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.StringVar(&c.region, "region", "", "this process's region in a federation (mode: federated rules share one budget across regions); needs --federation-url")
 	fs.StringVar(&c.federationURL, "federation-url", "", "the cross-region coordinator every region shares: redis://, rediss://, redis+cluster:// or postgres://; needs --region")
 	fs.DurationVar(&c.federationTimeout, "federation-timeout", 500*time.Millisecond, "longest a lease from the cross-region coordinator may take (a request with a federated limit waits at most this for it)")
+	fs.StringVar(&c.postgresURL, "postgres-url", "", "the PostgreSQL where distributed concurrency gates with coordinator: postgres meet (postgres://user@host:5432/db; the password is never logged)")
 	fs.DurationVar(&c.federationProbe, "federation-probe-after", time.Second, "after a failed lease, how long federated rules leave the coordinator alone (answering by their outage mode) before asking it again")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: throttlekit serve [flags]\n\nEvery flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n\n", envPrefix)
@@ -141,6 +146,14 @@ func (c *serveConfig) validate() error {
 		if len(c.region) > 64 || strings.ContainsAny(c.region, "/\x00") {
 			errs = append(errs, fmt.Errorf("--region %q: at most 64 bytes, without / or NUL", c.region))
 		}
+	}
+	if c.postgresURL != "" {
+		if u, err := url.Parse(c.postgresURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			errs = append(errs, fmt.Errorf("--postgres-url %s: want postgres://user@host:5432/db", Redact(c.postgresURL)))
+		}
+	}
+	if c.nodeID == "" {
+		errs = append(errs, errors.New("--node-id is empty (and the hostname unknown): name this sidecar, uniquely in its fleet"))
 	}
 	if c.federationTimeout <= 0 || c.federationProbe <= 0 {
 		errs = append(errs, errors.New("--federation-timeout and --federation-probe-after must be positive"))

@@ -89,7 +89,16 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	eopts := engine.Options{Store: engStore, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout}
+	fleet, err := newFleet(ctx, c, client, log)
+	if err != nil {
+		if fed != nil {
+			fed.close()
+		}
+		return err
+	}
+	defer fleet.close()
+	eopts := engine.Options{Store: engStore, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout,
+		Distributed: fleet.node}
 	if fed != nil {
 		defer fed.close()
 		eopts.Federation = fed.rule

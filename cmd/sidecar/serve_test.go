@@ -74,8 +74,14 @@ type sidecar struct {
 // on testPolicy, until it logs "serving" or returns. Cleanup stops it.
 func startServe(t *testing.T, args []string, env map[string]string) *sidecar {
 	t.Helper()
+	return startServeWith(t, testPolicy, args, env)
+}
+
+// startServeWith is startServe on the policy file policy.
+func startServeWith(t *testing.T, policy string, args []string, env map[string]string) *sidecar {
+	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "t.yaml"), []byte(testPolicy), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "t.yaml"), []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args = append([]string{"serve", "--policy", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",

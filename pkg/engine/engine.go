@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/throttlekit/throttlekit/pkg/adaptive"
+	"github.com/throttlekit/throttlekit/pkg/adaptive/distributed"
 	"github.com/throttlekit/throttlekit/pkg/clock"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/policy"
@@ -39,6 +41,12 @@ type Options struct {
 	// Federation gives a federated rule (mode: federated) the store it
 	// leases through, its region's; nil refuses federated rules at load.
 	Federation func(FederatedRule) (Federated, error)
+	// Distributed makes the node of a distributed gate (a gate with a
+	// distributed block) around the gate the engine built; nil refuses
+	// distributed gates at load. The engine runs the node's heartbeats
+	// (Node.Run) while the gate is in use and stops them when a reload
+	// drops or changes the gate, or the engine closes.
+	Distributed func(spec *policy.Gate, gate *adaptive.Gate) (*distributed.Node, error)
 	// MessageTimeout is Envoy's ext_proc message_timeout: gates' queue
 	// timeouts must stay below it (0: DefaultMessageTimeout, Envoy's 200ms).
 	MessageTimeout time.Duration
@@ -119,6 +127,7 @@ func (e *Engine) Load(ctx context.Context, set *policy.Set) error {
 		return err
 	}
 	e.cur.Store(c)
+	startNodes(c, prev)
 	limiters := make([]*gale.Limiter, 0, len(retired))
 	for _, l := range retired {
 		limiters = append(limiters, l)
@@ -144,6 +153,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.closed = true
 	c := e.cur.Load()
 	c.users.Add(-retiredBias) // acquire fails from now on
+	startNodes(nil, c)
 	var errs []error
 	if err := closeLimiters(ctx, e.handover.closeAll()); err != nil {
 		errs = append(errs, err)

@@ -2,12 +2,14 @@ package engine
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
+	"github.com/throttlekit/throttlekit/pkg/adaptive/distributed"
 	"github.com/throttlekit/throttlekit/pkg/policy"
 )
 
@@ -20,16 +22,93 @@ const DefaultMessageTimeout = 200 * time.Millisecond
 type gateRule struct {
 	spec     *policy.Gate
 	gate     *adaptive.Gate
+	run      *nodeRun // a distributed gate's node; nil for a local gate
 	identity string
 	auth     []string // Authority split on '*', nil when the gate matches any authority
 }
 
+// nodeRun is a distributed gate's node and its heartbeats, carried across
+// reloads with the gate. stop is nil until Load starts it; both fields are
+// touched only with Engine.loadMu held.
+type nodeRun struct {
+	node *distributed.Node
+	stop context.CancelFunc
+}
+
+// startNodes starts the heartbeats of next's distributed gates that do not
+// run yet and stops those of prev's that next no longer has (next nil:
+// all of prev's).
+func startNodes(next, prev *compiled) {
+	keep := map[*nodeRun]bool{}
+	if next != nil {
+		for _, g := range next.gates {
+			if g.run == nil {
+				continue
+			}
+			keep[g.run] = true
+			if g.run.stop == nil {
+				ctx, cancel := context.WithCancel(context.Background())
+				g.run.stop = cancel
+				go func(n *distributed.Node) { _ = n.Run(ctx) }(g.run.node)
+			}
+		}
+	}
+	if prev != nil {
+		for _, g := range prev.gates {
+			if g.run != nil && !keep[g.run] && g.run.stop != nil {
+				g.run.stop()
+			}
+		}
+	}
+}
+
 // GateChoice is the gate a request goes through and what a rejection says.
 type GateChoice struct {
-	Name       string
-	Gate       *adaptive.Gate
+	Name string
+	Gate *adaptive.Gate
+	// Node is a distributed gate's node, nil for a local gate: a request
+	// is admitted by Node.TryAcquire, below the fleet share, and never
+	// queues.
+	Node       *distributed.Node
 	Status     int           // HTTP status of a rejection
 	RetryAfter time.Duration // retry-after of a rejection
+}
+
+// Held is a request a gate admitted; the zero Held holds nothing.
+type Held struct {
+	local adaptive.Lease
+	fleet distributed.Lease
+}
+
+// Release records the request's outcome and frees its slot; only the first
+// Release of a Held has an effect.
+func (h Held) Release(now time.Time, o adaptive.Outcome) {
+	h.local.Release(now, o)
+	h.fleet.Release(now, o)
+}
+
+// Acquire admits the request at now through the chosen gate: its node's
+// share first for a distributed gate (ErrLimit when it is spent), else the
+// gate itself, which may queue until ctx ends.
+func (c GateChoice) Acquire(ctx context.Context, now time.Time) (Held, error) {
+	if c.Node != nil {
+		l, ok := c.Node.TryAcquire(now)
+		if !ok {
+			return Held{}, adaptive.ErrLimit
+		}
+		return Held{fleet: l}, nil
+	}
+	l, err := c.Gate.Acquire(ctx, now)
+	return Held{local: l}, err
+}
+
+// Limit is what a rejection reports as the gate's limit: the local limit,
+// or for a distributed gate the ceiling its node admits up to.
+func (c GateChoice) Limit(now time.Time) int {
+	if c.Node != nil {
+		return c.Node.Stats(now).Ceiling
+	}
+	return c.Gate.Limit()
 }
 
 // ChooseGate returns the first gate (in policy order) whose match the
@@ -50,7 +129,11 @@ func (e *Engine) ChooseGate(authority, path string, header func(name string) (st
 				continue
 			}
 		}
-		return GateChoice{Name: g.spec.Name, Gate: g.gate, Status: g.spec.Reject.Status, RetryAfter: g.spec.Reject.RetryAfter}, true
+		c := GateChoice{Name: g.spec.Name, Gate: g.gate, Status: g.spec.Reject.Status, RetryAfter: g.spec.Reject.RetryAfter}
+		if g.run != nil {
+			c.Node = g.run.node
+		}
+		return c, true
 	}
 	return GateChoice{}, false
 }
@@ -65,13 +148,30 @@ func (e *Engine) GateSnapshots() []adaptive.Snapshot {
 	return out
 }
 
+// NodeStat is a distributed gate's node, read for metrics.
+type NodeStat struct {
+	Gate string
+	distributed.Stats
+}
+
+// NodeStats reads the node of every distributed gate in use at now.
+func (e *Engine) NodeStats(now time.Time) []NodeStat {
+	var out []NodeStat
+	for _, g := range e.cur.Load().gates {
+		if g.run != nil {
+			out = append(out, NodeStat{Gate: g.spec.Name, Stats: g.run.node.Stats(now)})
+		}
+	}
+	return out
+}
+
 // compileGates builds the set's gates, keeping the gate (and its learned
 // limit) of every gate whose definition is unchanged.
 func (e *Engine) compileGates(set *policy.Set, prev *compiled, build bool) ([]*gateRule, policy.Errors) {
-	old := map[string]*adaptive.Gate{}
+	old := map[string]*gateRule{}
 	if prev != nil {
 		for _, g := range prev.gates {
-			old[g.identity] = g.gate
+			old[g.identity] = g
 		}
 	}
 	var out []*gateRule
@@ -98,8 +198,13 @@ func (e *Engine) compileGates(set *policy.Set, prev *compiled, build bool) ([]*g
 		if !build {
 			continue
 		}
-		if gate := old[g.identity]; gate != nil {
-			g.gate = gate
+		if spec.Distributed != nil && e.opts.Distributed == nil {
+			errs = append(errs, &policy.Error{Pos: spec.Pos, Field: cmp.Or(spec.Field, "concurrency") + ".distributed", Msg: fmt.Sprintf(
+				"gate %q is distributed, but this process has no coordinator for it: run serve with --redis-url (coordinator: redis) or --postgres-url (coordinator: postgres)", spec.Name)})
+			continue
+		}
+		if was := old[g.identity]; was != nil {
+			g.gate, g.run = was.gate, was.run
 		} else {
 			gate, err := adaptive.NewGate(adaptive.GateConfig{
 				Name: spec.Name, Controller: ctl, MaxQueue: spec.Queue.Max, QueueTimeout: spec.Queue.Timeout, LIFO: spec.Queue.LIFO, Clock: e.opts.Clock,
@@ -109,6 +214,14 @@ func (e *Engine) compileGates(set *policy.Set, prev *compiled, build bool) ([]*g
 				continue
 			}
 			g.gate = gate
+			if spec.Distributed != nil {
+				node, err := e.opts.Distributed(spec, gate)
+				if err != nil {
+					errs = append(errs, &policy.Error{Pos: spec.Pos, Field: cmp.Or(spec.Field, "concurrency") + ".distributed", Msg: err.Error()})
+					continue
+				}
+				g.run = &nodeRun{node: node}
+			}
 		}
 		out = append(out, g)
 	}
@@ -127,6 +240,10 @@ func gateIdentity(g *policy.Gate) string {
 	if g.Match.Header != nil {
 		h = g.Match.Header.Name + "=" + g.Match.Header.Value
 	}
-	return fmt.Sprintf("%s|%s|%s|%s|%s|%d|%d|%d|%s|%+v", g.Name, g.Match.Authority, g.Match.PathPrefix, h, g.Controller,
-		g.MinLimit, g.MaxLimit, g.InitialLimit, strings.Join(params, ","), g.Queue)
+	dist := ""
+	if g.Distributed != nil {
+		dist = fmt.Sprintf("%+v", *g.Distributed)
+	}
+	return fmt.Sprintf("%s|%s|%s|%s|%s|%d|%d|%d|%s|%+v|%s", g.Name, g.Match.Authority, g.Match.PathPrefix, h, g.Controller,
+		g.MinLimit, g.MaxLimit, g.InitialLimit, strings.Join(params, ","), g.Queue, dist)
 }

@@ -61,7 +61,7 @@ func NewProcessorServer(g GateChooser, opts ProcessorOptions) *ProcessorServer {
 }
 
 // release frees the slot and reports the request.
-func (s *ProcessorServer) release(l adaptive.Lease, gate string, start time.Time, o adaptive.Outcome) {
+func (s *ProcessorServer) release(l engine.Held, gate string, start time.Time, o adaptive.Outcome) {
 	now := s.now()
 	l.Release(now, o)
 	if s.observe != nil {
@@ -75,7 +75,7 @@ func (s *ProcessorServer) release(l adaptive.Lease, gate string, start time.Time
 // headers and the outcome from :status: 5xx is an error). A stream that ends
 // before the response headers (EOF, cancel, reset) releases as dropped.
 func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	var lease adaptive.Lease
+	var lease engine.Held
 	var gate string
 	var start time.Time
 	held := false
@@ -106,14 +106,14 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 				break
 			}
 			start = s.now()
-			l, err := choice.Gate.Acquire(stream.Context(), start)
+			l, err := choice.Acquire(stream.Context(), start)
 			if err != nil {
 				if err := stream.Context().Err(); err != nil {
 					// Envoy went away while the request waited: CANCELLED
 					// or DEADLINE_EXCEEDED, not UNKNOWN.
 					return status.FromContextError(err).Err()
 				}
-				resp = reject(choice)
+				resp = reject(choice, start)
 				break
 			}
 			lease, gate, held = l, choice.Name, true
@@ -152,9 +152,9 @@ func continueRequest() *extprocv3.ProcessingResponse {
 // reject answers a request the gate turned away, as Envoy's adaptive
 // concurrency filter does: an error status (503 by default) with retry-after
 // and the gate's name and limit. It reads only the limit (Gate.Limit, not
-// Snapshot): rejections come when the backend is overloaded, and must cost
-// no more than admissions.
-func reject(c engine.GateChoice) *extprocv3.ProcessingResponse {
+// Snapshot; a distributed gate's ceiling): rejections come when the backend
+// is overloaded, and must cost no more than admissions.
+func reject(c engine.GateChoice, now time.Time) *extprocv3.ProcessingResponse {
 	set := func(k, v string) *corev3.HeaderValueOption {
 		return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
 	}
@@ -164,7 +164,7 @@ func reject(c engine.GateChoice) *extprocv3.ProcessingResponse {
 		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 			set("retry-after", strconv.FormatInt(retry, 10)),
 			set(HeaderGate, c.Name),
-			set(HeaderGateLimit, strconv.Itoa(c.Gate.Limit())),
+			set(HeaderGateLimit, strconv.Itoa(c.Limit(now))),
 		}},
 		Body:    []byte("concurrency limit reached: " + c.Name + "\n"),
 		Details: "throttlekit_concurrency_limit",

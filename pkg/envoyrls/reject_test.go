@@ -44,10 +44,10 @@ func gateChoice(tb testing.TB, limit, history, held int) engine.GateChoice {
 // rejectRequest is what Process does for request headers a full gate turns
 // away: Acquire fails, and the answer is built.
 func rejectRequest(tb testing.TB, c engine.GateChoice) {
-	if _, err := c.Gate.Acquire(context.Background(), rt0); err == nil {
+	if _, err := c.Acquire(context.Background(), rt0); err == nil {
 		tb.Fatal("admitted at the limit")
 	}
-	if answer = reject(c); answer.GetImmediateResponse() == nil {
+	if answer = reject(c, rt0); answer.GetImmediateResponse() == nil {
 		tb.Fatal("no immediate response")
 	}
 }
@@ -55,7 +55,7 @@ func rejectRequest(tb testing.TB, c engine.GateChoice) {
 // admitRequest is what Process does for a request the gate admits, from
 // request headers to response headers.
 func admitRequest(tb testing.TB, s *ProcessorServer, c engine.GateChoice) {
-	l, err := c.Gate.Acquire(context.Background(), rt0)
+	l, err := c.Acquire(context.Background(), rt0)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestRejectionCostIsIndependentOfHistory(t *testing.T) {
 	if got := testing.AllocsPerRun(100, func() { rejectRequest(t, busy) }); got != want {
 		t.Fatalf("a rejection allocates %v times on a gate with %d samples, %v on a fresh one", got, adaptive.DefaultStatsWindow, want)
 	}
-	for _, h := range reject(busy).GetImmediateResponse().GetHeaders().GetSetHeaders() {
+	for _, h := range reject(busy, rt0).GetImmediateResponse().GetHeaders().GetSetHeaders() {
 		if h.GetHeader().GetKey() == HeaderGateLimit && string(h.GetHeader().GetRawValue()) != "1" {
 			t.Fatalf("%s: %s, want 1", HeaderGateLimit, h.GetHeader().GetRawValue())
 		}

@@ -14,7 +14,7 @@ import (
 var gateControllers = []string{"gradient2", "aimd", "p95", "vegas"}
 
 var (
-	gateKeys   = []string{"name", "match", "controller", "min_limit", "max_limit", "initial_limit", "params", "queue", "reject"}
+	gateKeys   = []string{"name", "match", "controller", "min_limit", "max_limit", "initial_limit", "params", "queue", "reject", "distributed"}
 	matchKeys  = []string{"authority", "path_prefix", "header"}
 	queueKeys  = []string{"max", "timeout", "order"}
 	rejectKeys = []string{"status", "retry_after"}
@@ -94,6 +94,8 @@ func (r *reader) gate(m *yaml.Node, field string) *Gate {
 			g.Queue = r.gateQueue(p.val, f)
 		case "reject":
 			g.Reject = r.gateReject(p.val, f)
+		case "distributed":
+			g.Distributed = r.distributed(p.val, f)
 		default:
 			r.unknownKey(p.key, field, gateLevel)
 		}
@@ -103,6 +105,9 @@ func (r *reader) gate(m *yaml.Node, field string) *Gate {
 		r.errorf(m, join(field, "name"), "a gate needs a name: add name: <gate name>, e.g. name: checkout")
 	case matchNode == nil:
 		r.errorf(m, join(field, "match"), "gate %s has no match: add match: {path_prefix: /...} (or authority, or header)", quote(g.Name))
+	}
+	if g.Distributed != nil && g.Queue.Max > 0 {
+		r.errorf(m, join(field, "queue"), "gate %s is distributed and cannot queue: its sidecars admit below their share of the fleet's ceiling or turn the request away (remove queue, or distributed)", quote(g.Name))
 	}
 	if g.MinLimit > 0 && g.MaxLimit > 0 && g.MinLimit > g.MaxLimit {
 		r.errorf(m, field, "min_limit (%d) is above max_limit (%d)", g.MinLimit, g.MaxLimit)

@@ -311,6 +311,9 @@ func gateNode(g *Gate, notes Notes) mapNode {
 		}
 		m.add("reject", rm.Node)
 	}
+	if g.Distributed != nil {
+		m.add("distributed", distributedNode(g.Distributed).Node)
+	}
 	return m
 }
 

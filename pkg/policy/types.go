@@ -282,7 +282,10 @@ type Gate struct {
 	Params map[string]Param
 	Queue  GateQueue
 	Reject GateReject
-	Pos    Pos // where the gate's name is
+	// Distributed, when set, shares one inferred ceiling among the fleet's
+	// sidecars through a coordinator.
+	Distributed *Distributed
+	Pos         Pos // where the gate's name is
 	// Field is the gate's YAML path, for errors found after parsing, e.g.
 	// concurrency[2].
 	Field string
