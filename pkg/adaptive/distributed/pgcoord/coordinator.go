@@ -11,12 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/throttlekit/throttlekit/internal/pgtx"
 	"github.com/throttlekit/throttlekit/pkg/adaptive/distributed"
 )
-
-// rollbackTimeout bounds the ROLLBACK that returns a connection to the pool
-// after a failed heartbeat.
-const rollbackTimeout = time.Second
 
 // Options configures a Coordinator. The zero value is valid: the tables
 // DefaultTable_gates and DefaultTable_nodes, on the callers' clock.
@@ -229,29 +226,7 @@ func scanRecords(rows pgx.Rows, err error) ([]distributed.Record, error) {
 // last used); when the connection died under the batch nothing can have
 // been committed, so begin tries once more, on another.
 func (c *Coordinator) begin(ctx context.Context, queue func(*pgx.Batch), read func(pgx.BatchResults) error) (*pgxpool.Conn, error) {
-	for attempt := 0; ; attempt++ {
-		conn, err := c.pool.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		// A batch is built afresh for each connection: pgx stores the
-		// connection's prepared statements in the queued queries.
-		var b pgx.Batch
-		queue(&b)
-		br := conn.SendBatch(ctx, &b)
-		err = read(br)
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			return conn, nil
-		}
-		dead := conn.Conn().IsClosed()
-		c.release(conn)
-		if !dead || attempt > 0 || ctx.Err() != nil {
-			return nil, err
-		}
-	}
+	return pgtx.Begin(ctx, c.pool, queue, read)
 }
 
 // end sends, in one round trip, the writes queued in b, then COMMIT (or
@@ -294,11 +269,5 @@ func (c *Coordinator) end(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch,
 // name (one too long for the primary key's index, say) would cost one
 // connection per call.
 func (c *Coordinator) release(conn *pgxpool.Conn) {
-	pc := conn.Conn().PgConn()
-	if !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() != 'I' {
-		ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
-		_, _ = conn.Exec(ctx, "ROLLBACK")
-		cancel()
-	}
-	conn.Release()
+	pgtx.Release(conn)
 }

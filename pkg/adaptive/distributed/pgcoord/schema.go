@@ -5,6 +5,8 @@ import (
 	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/throttlekit/throttlekit/internal/pgtx"
 )
 
 // DefaultTable is the table prefix of the zero Options.
@@ -23,27 +25,16 @@ const MaxTable = 63 - len("_nodes_pkey")
 var ErrTable = fmt.Errorf("pgcoord: table prefix must be 1..%d bytes of [a-z0-9_], not starting with a digit", MaxTable)
 
 // checkTable returns ErrTable unless name is a plain lowercase SQL
-// identifier. Uppercase is refused although the names are quoted: a quoted
-// "Gates" and an unquoted Gates name different tables, a trap for whoever
-// queries them by hand.
+// identifier of at most MaxTable bytes (pgtx.PlainIdentifier).
 func checkTable(name string) error {
-	if name == "" || len(name) > MaxTable || ('0' <= name[0] && name[0] <= '9') {
+	if !pgtx.PlainIdentifier(name, MaxTable) {
 		return ErrTable
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
-			return ErrTable
-		}
 	}
 	return nil
 }
 
-// clockMicros is the database's clock in Unix microseconds: the
-// clock_timestamp() of the moment the statement evaluates it (not the
-// transaction's start, which now() would be). extract(epoch ...) is numeric
-// from PostgreSQL 14 on, so the product is exact.
-const clockMicros = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+// clockMicros is the database's clock in Unix microseconds.
+const clockMicros = pgtx.ClockMicros
 
 // begin opens a heartbeat's transaction. READ COMMITTED is spelled out
 // rather than inherited from default_transaction_isolation: the read of
