@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PostgresInstall says how to get PostgreSQL when it is missing.
@@ -225,4 +228,25 @@ func unprivileged() (*syscall.Credential, error) {
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 	}
 	return nil, lastErr
+}
+
+// Pool returns a pgx pool on the server, configured by configure when it is
+// not nil, closed when tb ends.
+func (p *Postgres) Pool(tb testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(p.URL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if configure != nil {
+		configure(cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("testenv: a pool on %s: %v", p.Addr, err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
 }

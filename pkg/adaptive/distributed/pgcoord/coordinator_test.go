@@ -29,22 +29,12 @@ var hour = distributed.Config{LeaseTTL: time.Hour}
 // ends; configure, when not nil, adjusts its configuration first.
 func newPool(tb testing.TB, pg *testenv.Postgres, configure func(*pgxpool.Config)) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(pg.URL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg.MaxConns = 8 // several connections, so concurrent heartbeats really race
-	if configure != nil {
-		configure(cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(pool.Close)
-	return pool
+	return pg.Pool(tb, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 8 // several connections, so concurrent heartbeats really race
+		if configure != nil {
+			configure(cfg)
+		}
+	})
 }
 
 func newCoordinator(tb testing.TB, pool *pgxpool.Pool, opts pgcoord.Options) *pgcoord.Coordinator {

@@ -28,21 +28,11 @@ var perMinute = gale.Rule{Algorithm: gale.FixedWindow, Limit: 10, Period: time.M
 // when not nil, adjusts its configuration first.
 func newPool(tb testing.TB, pg *testenv.Postgres, configure func(*pgxpool.Config)) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(pg.URL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if configure != nil {
-		configure(cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(pool.Close)
-	return pool
+	return pg.Pool(tb, func(cfg *pgxpool.Config) {
+		if configure != nil {
+			configure(cfg)
+		}
+	})
 }
 
 func newCoordinator(tb testing.TB, pool *pgxpool.Pool, opts pgcoord.Options) *pgcoord.Coordinator {
