@@ -154,6 +154,13 @@ type Grant struct {
 // exactly, which the Redis script computes in). A report above it is bad.
 const MaxCount = 1<<26 - 1
 
+// MaxGen bounds a report's AppliedGen. A record numbers its generations on
+// from the highest one its node echoes (Beat), so echoes bound them: from
+// below it, 2^52 more heartbeats keep every generation an integer a double
+// holds exactly (the Redis script's numbers). A report above it is bad; no
+// node reaches it by beating.
+const MaxGen = 1 << 52
+
 // ErrDuplicateNode is returned for a report whose Node has a live record of
 // another Instance: two processes share a nodeId. The state is unchanged.
 var ErrDuplicateNode = errors.New("distributed: duplicate live nodeId")
@@ -175,6 +182,8 @@ func (r Report) Validate() error {
 	case r.Local > MaxCount || r.Inflight > MaxCount || r.Demand > MaxCount:
 		return fmt.Errorf("%w: node %q local %d, inflight %d, demand %d, want each ≤ %d",
 			ErrBadReport, r.Node, r.Local, r.Inflight, r.Demand, MaxCount)
+	case r.AppliedGen > MaxGen:
+		return fmt.Errorf("%w: node %q applied generation %d, want ≤ %d", ErrBadReport, r.Node, r.AppliedGen, uint64(MaxGen))
 	}
 	return nil
 }
@@ -248,8 +257,13 @@ func Beat(recs []Record, rep Report, cfg Config, now int64) ([]Record, Grant, er
 		*me = Record{Node: rep.Node} // a new incarnation starts afresh
 	}
 	me.Instance, me.Seq, me.Local, me.Inflight, me.Demand = rep.Instance, rep.Seq, rep.Local, rep.Inflight, rep.Demand
-	// A generation not yet issued cannot have been applied.
-	me.AppliedGen = min(max(me.AppliedGen, rep.AppliedGen), me.Gen)
+	// A node applies only grants above the generation in force, so every
+	// generation up to the one it echoes is spent for it: a record that
+	// never issued that one (recreated after an eviction, or its state
+	// lost) numbers on above it. Its grants are then news to the node, and
+	// no echo of the old numbering can pass for an acknowledgement of one.
+	me.Gen = max(me.Gen, rep.AppliedGen)
+	me.AppliedGen = max(me.AppliedGen, rep.AppliedGen)
 	if me.AppliedGen == me.Gen {
 		me.High = me.Share // acknowledged: it admits under its latest share
 	}

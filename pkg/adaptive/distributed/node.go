@@ -181,8 +181,9 @@ type Node struct {
 	seq uint64
 	// appliedGen is the generation of the grant in force, 0 before the
 	// first; share, global, live and leaseEnd are that grant's. Invariant:
-	// it only grows, so a reply older than the grant in force is ignored,
-	// except when the coordinator restarts the numbering (see epochSeq).
+	// it only grows, so a reply older than the grant in force is ignored.
+	// (A coordinator that recreates the node's record numbers on above the
+	// generation the node echoes: Beat.)
 	appliedGen          uint64
 	share, global, live int
 	// leaseEnd is the grant's lease end on the node's clock: the send time
@@ -199,16 +200,12 @@ type Node struct {
 	// issuedGen is the highest generation heard of; ackedGen the highest
 	// AppliedGen the coordinator recorded from the node.
 	issuedGen, ackedGen uint64
-	// epochSeq is the seq of the report whose answer restarted the
-	// generation numbering (0: never); answers to earlier reports are
-	// ignored.
-	epochSeq uint64
-	n        nodeCounters
+	n                   nodeCounters
 }
 
 // nodeCounters are Stats' totals; guarded by Node.mu.
 type nodeCounters struct {
-	roundTrips, errors, duplicates, fencings, eagerBeats, refused, renumberings int64
+	roundTrips, errors, duplicates, fencings, eagerBeats, refused int64
 }
 
 // NewNode returns a Node admitting through gate for c.
@@ -452,28 +449,12 @@ func (n *Node) Beat(ctx context.Context, now time.Time) (Grant, error) {
 		return Grant{}, err
 	}
 	n.okSeq = max(n.okSeq, rep.Seq)
-	switch {
-	case rep.Seq < n.epochSeq:
-		// Sent before the numbering restarted: its generation is of the
-		// other numbering, or older than the grant in force.
-	case g.Status == Granted && g.Gen <= rep.AppliedGen:
-		// A Granted answer is always above the generation its report
-		// acknowledges, unless the coordinator recreated the node's record
-		// (evicted after the lease ran out, or its state lost) and started
-		// the generations over: follow the new numbering, or the node would
-		// ignore every grant until it caught up with the old one.
-		n.epochSeq = rep.Seq
-		n.appliedGen, n.issuedGen, n.ackedGen = 0, g.Gen, 0
-		n.n.renumberings++
+	n.issuedGen = max(n.issuedGen, g.Gen)
+	if g.Status == Granted {
+		n.ackedGen = max(n.ackedGen, rep.AppliedGen)
+	}
+	if g.Gen > n.appliedGen {
 		n.applyLocked(g, now)
-	default:
-		n.issuedGen = max(n.issuedGen, g.Gen)
-		if g.Status == Granted {
-			n.ackedGen = max(n.ackedGen, rep.AppliedGen)
-		}
-		if g.Gen > n.appliedGen {
-			n.applyLocked(g, now)
-		}
 	}
 	n.mu.Unlock()
 	return g, nil
@@ -641,9 +622,6 @@ type Stats struct {
 	Fencings   int64 // fencing episodes
 	EagerBeats int64 // off-cycle beats Run made
 	Refused    int64 // requests refused by the share while L_local had room
-	// Renumberings counts grants that restarted the generations: the
-	// coordinator had recreated the node's record (evicted, or lost).
-	Renumberings int64
 }
 
 // Stats returns the node's state at now. It changes nothing: a fence it
@@ -660,6 +638,6 @@ func (n *Node) Stats(now time.Time) Stats {
 		LeaseEnd:   n.leaseEnd,
 		AppliedGen: n.appliedGen, IssuedGen: n.issuedGen, AckedGen: n.ackedGen, GenLag: n.issuedGen - n.ackedGen,
 		RoundTrips: n.n.roundTrips, Errors: n.n.errors, Duplicates: n.n.duplicates,
-		Fencings: n.n.fencings, EagerBeats: n.n.eagerBeats, Refused: n.n.refused, Renumberings: n.n.renumberings,
+		Fencings: n.n.fencings, EagerBeats: n.n.eagerBeats, Refused: n.n.refused,
 	}
 }

@@ -412,8 +412,8 @@ func TestNodeSnapshotAtomicUnderConcurrency(t *testing.T) {
 }
 
 // A node whose record was evicted (its lease ran out while it was cut off)
-// gets a fresh record whose generations start over; it follows the new
-// numbering rather than ignoring every grant until it catches up.
+// gets a fresh record that numbers on above the generation the node echoes,
+// so the node applies its grants at once.
 func TestNodeFollowsARecreatedRecord(t *testing.T) {
 	coord := distributed.NewMemory()
 	a := newTestNode(t, newTestGate(t, newKnob(10)), distributed.NodeConfig{Node: "a", Coordinator: coord})
@@ -423,38 +423,17 @@ func TestNodeFollowsARecreatedRecord(t *testing.T) {
 	}
 	later := nodeT0.Add(3 * time.Second)
 	mustBeat(t, b, later) // evicts a
-	if g := mustBeat(t, a, later); g.Gen != 1 {
-		t.Fatalf("the recreated record's grant: generation %d, want 1", g.Gen)
+	g := mustBeat(t, a, later)
+	if g.Gen != 6 || g.Live != 2 {
+		t.Fatalf("the recreated record's grant: %+v, want generation 6 (above the 5 a applied), 2 live", g)
 	}
 	s := a.Stats(later)
-	if s.Mode != distributed.ModeGranted || s.AppliedGen != 1 || s.Renumberings != 1 || s.GenLag != 1 {
-		t.Fatalf("after the eviction: %+v, want granted at generation 1, renumbered once", s)
+	if s.Mode != distributed.ModeGranted || s.AppliedGen != 6 || s.Share != g.Share || s.GenLag != 1 {
+		t.Fatalf("after the eviction: %+v, want granted at generation 6", s)
 	}
 	mustBeat(t, a, later)
-	if s := a.Stats(later); s.AppliedGen != 2 || s.Renumberings != 1 {
-		t.Fatalf("next beat: %+v", s)
-	}
-
-	// Across the restart, an answer to a report sent before it is ignored
-	// even though its generation (of the old numbering) is higher.
-	var n *distributed.Node
-	script := &scriptedCoord{}
-	script.answer = func(call int, _ distributed.Report, now time.Time) (distributed.Grant, error) {
-		switch call {
-		case 4: // in flight while the record is recreated
-			mustBeat(t, n, now)
-			return grantAt(4, 9, now, 2*time.Second), nil
-		case 5:
-			return grantAt(1, 2, now, 2*time.Second), nil
-		}
-		return grantAt(uint64(call), 9, now, 2*time.Second), nil
-	}
-	n = newTestNode(t, newTestGate(t, newKnob(10)), distributed.NodeConfig{Coordinator: script})
-	for range 4 {
-		mustBeat(t, n, nodeT0)
-	}
-	if s := n.Stats(nodeT0); s.AppliedGen != 1 || s.Share != 2 || s.Renumberings != 1 {
-		t.Fatalf("%+v, want the new numbering's generation 1, share 2", s)
+	if s := a.Stats(later); s.AppliedGen != 7 || s.AckedGen != 6 {
+		t.Fatalf("next beat: %+v, want generation 7 applied, 6 acknowledged", s)
 	}
 }
 

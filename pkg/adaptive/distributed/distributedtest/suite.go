@@ -41,6 +41,7 @@ func RunCoordinator(t *testing.T, newCoord func(t *testing.T) distributed.Coordi
 		{"StaleReportChangesNothing", staleReport},
 		{"DuplicateLiveNodeIsRefused", duplicateNode},
 		{"ExpiredNodesAreEvicted", eviction},
+		{"RecreatedRecordNumbersAboveTheEcho", recreated},
 		{"BadReportsAreRefused", badReports},
 	}
 	for _, tc := range cases {
@@ -248,6 +249,34 @@ func eviction(t *testing.T, c distributed.Coordinator, gate string) {
 	want(t, "b long after its own lease", g, 10, 10, 1)
 }
 
+// recreated: a node whose record was evicted comes back echoing the
+// generation it applied; the new record numbers on above it, and the echo
+// acknowledges none of its generations.
+func recreated(t *testing.T, c distributed.Coordinator, gate string) {
+	b := newBeater(t, c, gate, distributed.Config{LeaseTTL: 2 * time.Second, Handoff: true})
+	var gen uint64
+	for range 3 {
+		gen = b.beat("a", 10, 0, gen, t0).Gen
+	}
+	b.beat("b", 10, 0, 0, t0.Add(3*time.Second)) // a's lease has ended: evicted
+	g := b.beat("a", 10, 2, gen, t0.Add(3*time.Second))
+	if g.Gen != gen+1 || g.Live != 2 {
+		t.Fatalf("a back, echoing generation %d: %+v, want generation %d among 2", gen, g, gen+1)
+	}
+	// The answer was lost: a echoes its old generation again. The share of
+	// the lost generation stays reserved (High), so b, asking for it all,
+	// gets the ceiling less max(that share, a's in flight).
+	lost := g.Share
+	again := b.beat("a", 10, 0, gen, t0.Add(3*time.Second))
+	if again.Gen != gen+2 {
+		t.Fatalf("a again: %+v, want generation %d", again, gen+2)
+	}
+	g = b.beat("b", 10, 0, 1, t0.Add(3*time.Second))
+	if want := 10 - max(lost, again.Share); g.Share > want {
+		t.Fatalf("b after a's unacknowledged grants of %d and %d: share %d, want ≤ %d", lost, again.Share, g.Share, want)
+	}
+}
+
 func badReports(t *testing.T, c distributed.Coordinator, gate string) {
 	b := newBeater(t, c, gate, ttl)
 	for _, r := range []distributed.Report{
@@ -255,6 +284,7 @@ func badReports(t *testing.T, c distributed.Coordinator, gate string) {
 		{Node: "a", Instance: "i", Seq: 1, Local: 0},
 		{Node: "a", Instance: "i", Seq: 1, Local: 1, Inflight: -1},
 		{Node: "a", Instance: "i", Seq: 0, Local: 1},
+		{Node: "a", Instance: "i", Seq: 1, Local: 1, AppliedGen: distributed.MaxGen + 1},
 	} {
 		if _, err := b.c.Heartbeat(context.Background(), b.gate, r, b.cfg, t0); !errors.Is(err, distributed.ErrBadReport) {
 			t.Fatalf("%+v: %v, want ErrBadReport", r, err)

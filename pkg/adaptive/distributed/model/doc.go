@@ -11,8 +11,8 @@
 // applied generation, in flight) taken at the send — which stay in flight
 // until the coordinator processes them, in any order with every other
 // step; the grants come back in flight, are delivered in any order, and are
-// applied only when their generation is above the node's (node.go's rule;
-// its renumbering branch needs an eviction). Every node has the
+// applied only when their generation is above the node's (node.go's rule).
+// Every node has the
 // same local limit, so L_global is constant. The clock stands still: no
 // lease expires and no record is evicted. Check verifies Σ recorded share ≤
 // L_global and Σ in flight ≤ L_global on every reachable state and measures

@@ -247,21 +247,21 @@ func testNames(t *testing.T, c *pgcoord.Coordinator) {
 // stored in signed columns.
 func testWideCounters(t *testing.T, c *pgcoord.Coordinator) {
 	seq := uint64(math.MaxUint64 - 1)
-	rep := distributed.Report{Node: "a", Instance: "i", Seq: seq, Local: 10, AppliedGen: math.MaxUint64}
-	if g := beat(t, c, t.Name(), rep, hour, t0); g.Gen != 1 || g.Status != distributed.Granted {
-		t.Fatalf("first beat at seq 2⁶⁴−2: %+v", g)
+	rep := distributed.Report{Node: "a", Instance: "i", Seq: seq, Local: 10, AppliedGen: distributed.MaxGen}
+	if g := beat(t, c, t.Name(), rep, hour, t0); g.Gen != distributed.MaxGen+1 || g.Status != distributed.Granted {
+		t.Fatalf("first beat at seq 2⁶⁴−2, applied 2⁵²: %+v, want granted at gen 2⁵²+1", g)
 	}
 	rep.Seq = 1 << 63
 	if g := beat(t, c, t.Name(), rep, hour, t0); g.Status != distributed.Stale {
 		t.Fatalf("seq 2⁶³ after 2⁶⁴−2: %+v, want stale", g)
 	}
 	rep.Seq = math.MaxUint64
-	if g := beat(t, c, t.Name(), rep, hour, t0); g.Status != distributed.Granted || g.Gen != 2 {
-		t.Fatalf("seq 2⁶⁴−1: %+v, want granted at gen 2", g)
+	if g := beat(t, c, t.Name(), rep, hour, t0); g.Status != distributed.Granted || g.Gen != distributed.MaxGen+2 {
+		t.Fatalf("seq 2⁶⁴−1: %+v, want granted at gen 2⁵²+2", g)
 	}
 	recs, err := c.Records(context.Background(), t.Name())
-	if err != nil || len(recs) != 1 || recs[0].Seq != math.MaxUint64 || recs[0].AppliedGen != 1 {
-		t.Fatalf("records %+v, %v; want seq 2⁶⁴−1, applied gen 1", recs, err)
+	if err != nil || len(recs) != 1 || recs[0].Seq != math.MaxUint64 || recs[0].AppliedGen != distributed.MaxGen || recs[0].Gen != distributed.MaxGen+2 {
+		t.Fatalf("records %+v, %v; want seq 2⁶⁴−1, applied gen 2⁵², gen 2⁵²+2", recs, err)
 	}
 }
 

@@ -166,15 +166,11 @@ func (c *Coordinator) Heartbeat(ctx context.Context, gate string, rep distribute
 		}
 		at = us
 	}
-	// Beat clamps the applied generation to the record's, which counts
-	// heartbeats and so stays far below 2^53: clamping it there first
-	// changes nothing and keeps it exact.
-	applied := min(rep.AppliedGen, exact-1)
 
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	reply, err := heartbeat.Run(rctx, c.client, []string{c.Key(gate)},
-		at, rep.Node, rep.Instance, rep.Seq, rep.Local, rep.Inflight, rep.Demand, applied, ttl,
+		at, rep.Node, rep.Instance, rep.Seq, rep.Local, rep.Inflight, rep.Demand, rep.AppliedGen, ttl,
 		int(cfg.Aggregate), int(cfg.Split), cfg.Handoff).Slice()
 	if err != nil {
 		return distributed.Grant{}, c.failure(ctx, gate, err)

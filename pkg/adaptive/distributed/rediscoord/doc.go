@@ -57,8 +57,9 @@
 // report), so every product it forms is below 2^52 and every sum over the
 // nodes below 2^53 for fewer than 2^27 nodes, and a floored quotient is
 // Go's integer division. Seq, any uint64, is compared as a decimal string;
-// the applied generation is clamped below 2^53 before it is sent (the
-// record's generation, which clamps it, counts heartbeats); now and the
+// the applied generation is at most MaxGen (2^52), and a record's
+// generation, the highest echoed plus the heartbeats since, stays below
+// 2^53; now and the
 // lease end must lie in 1970..2255 (ErrTimeRange). NodeIds are ordered byte
 // by byte, as Go orders strings, not by Lua's < (strcoll, the server's
 // locale).

@@ -13,7 +13,7 @@
 -- ARGV[4]   its seq, a canonical decimal below 2^64, compared digit by
 --           digit: a double holds integers exactly only below 2^53
 -- ARGV[5]   local    ARGV[6] inflight    ARGV[7] demand (each ≤ MaxCount)
--- ARGV[8]   the applied generation, clamped below 2^53 by the caller
+-- ARGV[8]   the applied generation (≤ MaxGen, 2^52)
 -- ARGV[9]   the lease TTL, µs
 -- ARGV[10]  aggregate: 0 min, 1 lower median
 -- ARGV[11]  split: 0 equal, 1 demand
@@ -130,8 +130,10 @@ if me == nil then
   me = { node = node, applied = 0, share = 0, gen = 0, high = 0 }
 end
 me.instance, me.seq, me.loc, me.inflight, me.demand = instance, seq, loc, inflight, demand
--- A generation not yet issued cannot have been applied.
-me.applied = min(max(me.applied, applied), me.gen)
+-- Every generation up to the echoed one is spent for the node: a record
+-- that never issued it (recreated, or its state lost) numbers on above it.
+me.gen = max(me.gen, applied)
+me.applied = max(me.applied, applied)
 if me.applied == me.gen then
   me.high = me.share -- acknowledged: it admits under its latest share
 end
