@@ -149,6 +149,14 @@ func (g *Gate) TryAcquire(now time.Time) (Lease, bool) {
 // the admission: whoever passes the ceiling in (a distributed share) has
 // its admission decided by the gate's own count. A ceiling ≤ 0 admits
 // nothing. A rejection counts in Snapshot's Rejected and allocates nothing.
+//
+// Under a ceiling below the limit, the admission's Sample.Inflight is its
+// in-flight count as a fraction of the ceiling, scaled to the limit
+// (rounded up): a distributed node whose share is a quarter of the fleet's
+// ceiling is fully used at a quarter of its own limit, because the backend
+// then carries the whole fleet's load. The controller's utilization guard
+// sees that; judged against the limit, a node at its share would look idle
+// and the limit could never grow.
 func (g *Gate) TryAcquireBelow(now time.Time, ceiling int) (Lease, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -156,7 +164,12 @@ func (g *Gate) TryAcquireBelow(now time.Time, ceiling int) (Lease, bool) {
 		g.n.rejected++
 		return Lease{}, false
 	}
-	return g.admitLocked(now), true
+	l := g.admitLocked(now)
+	if ceiling < g.limit {
+		// inflight ≤ ceiling < limit: the product fits and the result ≤ limit.
+		l.s.inflight = (l.s.inflight*g.limit + ceiling - 1) / ceiling
+	}
+	return l, true
 }
 
 // Inflight returns the number of admitted, unreleased requests, exact at one

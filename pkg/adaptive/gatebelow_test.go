@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -101,5 +102,60 @@ func TestGateTryAcquireBelowAllocatesNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { g.Inflight() }); n != 0 {
 		t.Fatalf("%v allocations per Inflight", n)
+	}
+}
+
+// recorder is a Controller with a fixed limit that keeps every sample.
+type recorder struct {
+	limit   int
+	samples []Sample
+}
+
+func (r *recorder) Observe(_ time.Time, s Sample) int {
+	r.samples = append(r.samples, s)
+	return r.limit
+}
+func (r *recorder) Limit() int   { return r.limit }
+func (r *recorder) Name() string { return "recorder" }
+
+// An admission under a ceiling below the limit reports its in flight as a
+// fraction of that ceiling, scaled to the limit: a node of a fleet whose
+// share is a quarter of L_local is fully used at a quarter of it, and its
+// controller's utilization guard must see that, or L_local could never
+// grow past where it started (the fleet's backend load is the fleet's, not
+// the node's).
+func TestGateTryAcquireBelowScalesUtilization(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		limit, ceiling int
+		want           []int // samples' Inflight, in admission order
+	}{
+		{"quarter share", 8, 2, []int{4, 8}},
+		{"share of three", 10, 3, []int{4, 7, 10}}, // ⌈1·10/3⌉, ⌈2·10/3⌉, 10
+		{"ceiling above limit", 2, 5, []int{1, 2}},
+		{"ceiling at limit", 3, 3, []int{1, 2, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{limit: tc.limit}
+			g := newGate(t, GateConfig{Controller: rec})
+			var leases []Lease
+			for range len(tc.want) {
+				l, ok := g.TryAcquireBelow(t0, tc.ceiling)
+				if !ok {
+					t.Fatal("rejected")
+				}
+				leases = append(leases, l)
+			}
+			for _, l := range leases {
+				l.Release(t0.Add(time.Millisecond), OK)
+			}
+			var got []int
+			for _, s := range rec.samples {
+				got = append(got, s.Inflight)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("samples' Inflight %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -122,3 +122,51 @@ func runFleet(t *testing.T, name string, size int, vary, handoff bool, seed uint
 		}
 	}
 }
+
+// Four nodes share a healthy backend (every request fast and OK) through
+// AIMD gates starting at 8: each node admits up to its share, a quarter of
+// L_global, and the fleet keeps its shares full. Each controller must see
+// its node as fully used — the backend carries the fleet's load, not the
+// node's — so L_local, and with it L_global, grows. Were samples judged
+// against L_local, a node at its share would look a quarter used and no
+// limit could ever grow past where it started.
+func TestFleetLimitGrowsWhenSharesAreFull(t *testing.T) {
+	coord := distributed.NewMemory()
+	var nodes []*distributed.Node
+	for i := range 4 {
+		ctl, err := adaptive.NewAIMD(adaptive.AIMDConfig{InitialLimit: 8, MaxLimit: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, newTestNode(t, newTestGate(t, ctl), distributed.NodeConfig{
+			Node: fmt.Sprintf("n%d", i), Coordinator: coord, Fleet: distributed.Config{Handoff: true}}))
+	}
+	now := nodeT0
+	var global int
+	for range 40 { // rounds: every node beats, fills its share, and completes it
+		for _, n := range nodes {
+			g, err := n.Beat(context.Background(), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			global = g.Global
+		}
+		for _, n := range nodes {
+			var held []distributed.Lease
+			for {
+				l, ok := n.TryAcquire(now)
+				if !ok {
+					break
+				}
+				held = append(held, l)
+			}
+			for _, l := range held {
+				l.Release(now.Add(5*time.Millisecond), adaptive.OK)
+			}
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	if global < 32 {
+		t.Fatalf("L_global %d after 40 full rounds, want it grown well past the initial 8", global)
+	}
+}
