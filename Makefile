@@ -68,3 +68,12 @@ fuzz:
 .PHONY: bench-extproc
 bench-extproc:
 	GO=$(GO) ./scripts/bench-extproc.sh
+
+# The distributed gate end to end (4 serve processes over Redis, then
+# PostgreSQL, then none) with its chart: docs/fleet-gate.png and the
+# samples as CSV in out/fleet/. `make test` runs the same test without the
+# chart.
+.PHONY: fleet-chart
+fleet-chart:
+	$(GO) test -count=1 -run '^TestE2EFleetGate$$' -v ./test/e2e/ -args -fleet-chart=$(CURDIR)/out/fleet
+	cp out/fleet/fleet-gate.png docs/fleet-gate.png

@@ -57,7 +57,7 @@ func newBackend(t *testing.T) *backend {
 // envoy plays Envoy's side of one request: request headers to the ext_proc
 // server; on CONTINUE, the real request to the backend, then its response
 // headers. It returns the immediate response when the gate refused.
-func envoy(ctx context.Context, c extprocv3.ExternalProcessorClient, b *backend) (*extprocv3.ImmediateResponse, error) {
+func envoy(ctx context.Context, c extprocv3.ExternalProcessorClient, backendURL string) (*extprocv3.ImmediateResponse, error) {
 	stream, err := c.Process(ctx)
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func envoy(ctx context.Context, c extprocv3.ExternalProcessorClient, b *backend)
 	if resp.GetRequestHeaders() == nil {
 		return nil, fmt.Errorf("unexpected answer to request headers: %v", resp)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.srv.URL+"/work", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, backendURL+"/work", nil)
 	hr, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func TestE2EExtProcGate(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				ir, err := envoy(ctx, c, b)
+				ir, err := envoy(ctx, c, b.srv.URL)
 				switch {
 				case err != nil && ctx.Err() == nil:
 					failures.Add(1)

@@ -49,6 +49,7 @@ type options struct {
 // policy directory holds the example policies and e2e.yaml.
 type sidecar struct {
 	policyDir string
+	nodeID    string // its --node-id when a test gives it one
 	grpcAddr  string
 	httpAddr  string
 	conn      *grpc.ClientConn
