@@ -53,6 +53,11 @@ func (b *beats) Heartbeat(ctx context.Context, gate string, rep distributed.Repo
 	return g, err
 }
 
+// Leave passes a node's leave on.
+func (b *beats) Leave(ctx context.Context, gate, node, instance string) (bool, error) {
+	return b.Coordinator.(distributed.Leaver).Leave(ctx, gate, node, instance)
+}
+
 // wait waits for n heartbeats, for at most 10 s.
 func (b *beats) wait(t *testing.T, n int) {
 	t.Helper()
@@ -149,6 +154,35 @@ func TestDistributedGateSharesOneCeiling(t *testing.T) {
 	case n := <-coord.done:
 		t.Fatalf("%s beat after the rounds: a's heartbeats did not stop", n)
 	default:
+	}
+}
+
+// TestClosedEngineLeavesItsFleet: an engine closing (the sidecar shutting
+// down after its drain) takes its nodes out of their fleets, so the other
+// sidecar takes the whole ceiling at its next beat, inside the closed one's
+// lease.
+func TestClosedEngineLeavesItsFleet(t *testing.T) {
+	mem := distributed.NewMemory()
+	coord := &beats{Coordinator: mem, done: make(chan string, 100)}
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	a, b := sidecarEngine(t, "a", coord, clk), sidecarEngine(t, "b", coord, clk)
+	for _, e := range []*engine.Engine{a, b} {
+		if err := e.Load(bg, loadDir(t, map[string]string{"g.yaml": distributedGate})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	coord.wait(t, 2)
+	coord.round(t, clk, 2)
+	coord.round(t, clk, 2)
+	if err := a.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	if recs := mem.Records("backend"); len(recs) != 1 || recs[0].Node != "b" {
+		t.Fatalf("records after a closed: %+v, want b's alone", recs)
+	}
+	coord.round(t, clk, 1) // one heartbeat: a's lease (two) has not ended
+	if st := b.NodeStats(clk.Now()); len(st) != 1 || st[0].Ceiling != 10 || st[0].Live != 1 {
+		t.Fatalf("b one beat after a left: %+v, want all 10 alone", st)
 	}
 }
 

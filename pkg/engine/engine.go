@@ -155,6 +155,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	c.users.Add(-retiredBias) // acquire fails from now on
 	startNodes(nil, c)
 	var errs []error
+	if err := leaveNodes(ctx, c); err != nil {
+		errs = append(errs, err)
+	}
 	if err := closeLimiters(ctx, e.handover.closeAll()); err != nil {
 		errs = append(errs, err)
 	}

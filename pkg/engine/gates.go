@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,6 +34,7 @@ type gateRule struct {
 type nodeRun struct {
 	node *distributed.Node
 	stop context.CancelFunc
+	done chan struct{} // closed when Run has returned
 }
 
 // startNodes starts the heartbeats of next's distributed gates that do not
@@ -48,8 +50,11 @@ func startNodes(next, prev *compiled) {
 			keep[g.run] = true
 			if g.run.stop == nil {
 				ctx, cancel := context.WithCancel(context.Background())
-				g.run.stop = cancel
-				go func(n *distributed.Node) { _ = n.Run(ctx) }(g.run.node)
+				g.run.stop, g.run.done = cancel, make(chan struct{})
+				go func(r *nodeRun) {
+					defer close(r.done)
+					_ = r.node.Run(ctx)
+				}(g.run)
 			}
 		}
 	}
@@ -60,6 +65,29 @@ func startNodes(next, prev *compiled) {
 			}
 		}
 	}
+}
+
+// leaveNodes takes c's distributed gates out of their fleets once their
+// heartbeats have stopped (startNodes(nil, c)): each node's record goes at
+// once, so the other sidecars take its share at their next beats rather
+// than when its lease ends. A node with requests still in flight stays
+// (its lease reserves them and ends on its own); that is not an error.
+func leaveNodes(ctx context.Context, c *compiled) error {
+	var errs []error
+	for _, g := range c.gates {
+		if g.run == nil || g.run.done == nil {
+			continue
+		}
+		select {
+		case <-g.run.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if _, err := g.run.node.Leave(ctx); err != nil && !errors.Is(err, distributed.ErrInFlight) {
+			errs = append(errs, fmt.Errorf("gate %s: %w", g.spec.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // GateChoice is the gate a request goes through and what a rejection says.

@@ -2,6 +2,7 @@ package distributed
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -21,6 +22,26 @@ type Coordinator interface {
 	// ErrBadReport or from Config.Validate; a duplicate live nodeId one
 	// wrapping ErrDuplicateNode; anything else is the backend's failure.
 	Heartbeat(ctx context.Context, gate string, rep Report, cfg Config, now time.Time) (Grant, error)
+}
+
+// Leaver is a Coordinator a node can leave. Leave removes node's record of
+// gate if instance holds it, at once rather than when its lease ends, so
+// the other nodes take its share at their next beats; it reports whether
+// there was such a record. A node leaves only once it has nothing in
+// flight and admits nothing more (Node.Leave): its record reserves nothing
+// the node could still use. Another instance's record is left alone.
+type Leaver interface {
+	Leave(ctx context.Context, gate, node, instance string) (bool, error)
+}
+
+// Leave is the records of a gate after node's instance leaves, and whether
+// it held a record; recs is not modified.
+func Leave(recs []Record, node, instance string) ([]Record, bool) {
+	i := slices.IndexFunc(recs, func(r Record) bool { return r.Node == node && r.Instance == instance })
+	if i < 0 {
+		return recs, false
+	}
+	return slices.Delete(slices.Clone(recs), i, i+1), true
 }
 
 // Memory is a Coordinator in process memory, on the callers' clock: for
@@ -49,6 +70,20 @@ func (m *Memory) Heartbeat(ctx context.Context, gate string, rep Report, cfg Con
 	}
 	m.gates[gate] = recs
 	return g, nil
+}
+
+// Leave implements Leaver.
+func (m *Memory) Leave(ctx context.Context, gate, node, instance string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	recs, ok := Leave(m.gates[gate], node, instance)
+	if ok {
+		m.gates[gate] = recs
+	}
+	return ok, nil
 }
 
 // Records returns a copy of gate's records, sorted by Node.

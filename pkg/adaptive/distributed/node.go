@@ -67,6 +67,9 @@ const (
 	// ModeFenced: self-fenced, from FenceMargin before the lease's end until
 	// a grant is applied: it admits nothing, whatever the outage policy.
 	ModeFenced
+	// ModeLeft: the node left the fleet (Leave): it admits nothing and
+	// beats no more.
+	ModeLeft
 )
 
 func (m Mode) String() string {
@@ -83,6 +86,8 @@ func (m Mode) String() string {
 		return "lapsed"
 	case ModeFenced:
 		return "fenced"
+	case ModeLeft:
+		return "left"
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
@@ -194,6 +199,8 @@ type Node struct {
 	okSeq, failSeq uint64
 	// fenceFired says OnFenced was called for the current episode.
 	fenceFired bool
+	// left says Leave succeeded: the node admits nothing and beats no more.
+	left bool
 	// refusedSince counts the requests the share refused while L_local had
 	// room, since the last report: unmet demand, for Split Demand.
 	refusedSince int
@@ -336,6 +343,8 @@ func (n *Node) TryAcquire(now time.Time) (Lease, bool) {
 // modeLocked is what the node admits under at now.
 func (n *Node) modeLocked(now time.Time) Mode {
 	switch {
+	case n.left:
+		return ModeLeft
 	case n.appliedGen == 0:
 		return ModeWaiting
 	case n.selfFence && !now.Before(n.leaseEnd.Add(-n.margin)):
@@ -409,19 +418,21 @@ func (n *Node) checkDrained() {
 // (seq, applied generation, in flight, L_local, demand) as one snapshot
 // under the node's lock, calls the coordinator without the lock, and
 // applies the grant if its generation is above the one in force (an answer
-// overtaken by a later one is ignored) or if it shows that the coordinator
-// recreated the node's record and started its generations over (a Granted
-// answer not above the generation its own report acknowledged). The
-// grant's lease ends, on the node's clock, at now plus the time the
+// overtaken by a later one is ignored). The grant's lease ends, on the node's clock, at now plus the time the
 // coordinator gave it, at most LeaseTTL.
 //
 // Beat returns the grant as received, applied or not. A failed call
 // returns the coordinator's error, wrapped; the node then follows its
 // outage policy. A duplicate nodeId returns an error wrapping
 // ErrDuplicateNode, also passed to OnDuplicate on this goroutine, and
-// leaves the node as it was. Beats may overlap.
+// leaves the node as it was. After Leave, Beat returns ErrLeft and sends
+// nothing. Beats may overlap.
 func (n *Node) Beat(ctx context.Context, now time.Time) (Grant, error) {
 	n.mu.Lock()
+	if n.left {
+		n.mu.Unlock()
+		return Grant{}, ErrLeft
+	}
 	n.seq++
 	inflight, local := n.gate.Inflight(), n.gate.Limit()
 	rep := Report{Node: n.id, Instance: n.instance, Seq: n.seq, Local: local, Inflight: inflight,
@@ -622,6 +633,45 @@ type Stats struct {
 	Fencings   int64 // fencing episodes
 	EagerBeats int64 // off-cycle beats Run made
 	Refused    int64 // requests refused by the share while L_local had room
+}
+
+// ErrLeft is Beat's error after Leave.
+var ErrLeft = errors.New("distributed: the node has left the fleet")
+
+// ErrInFlight is wrapped by Leave's error when requests are still in
+// flight.
+var ErrInFlight = errors.New("distributed: cannot leave with requests in flight")
+
+// Leave takes the node out of its fleet for good, for a process that is
+// shutting down: from now on it admits nothing and beats no more, and when
+// its coordinator is a Leaver its record is removed at once, so the other
+// nodes take its share at their next beats instead of when its lease ends.
+// Call it once Run has returned and the requests in flight have drained:
+// with any in flight it returns an error wrapping ErrInFlight and leaves
+// nothing (its record
+// must go on reserving them; the lease ends on its own). A beat still under
+// way may land after the removal and recreate the record; that only
+// reserves more, until its lease ends. Leave reports whether a record was
+// removed.
+func (n *Node) Leave(ctx context.Context) (bool, error) {
+	n.mu.Lock()
+	if in := n.gate.Inflight(); in > 0 && !n.left {
+		n.mu.Unlock()
+		return false, fmt.Errorf("%w: node %q, gate %q, %d requests: its lease reserves them until it ends", ErrInFlight, n.id, n.key, in)
+	}
+	// Under the lock TryAcquire takes: no admission can slip in between
+	// the check and the flag.
+	n.left = true
+	n.mu.Unlock()
+	lv, ok := n.coord.(Leaver)
+	if !ok {
+		return false, nil
+	}
+	removed, err := lv.Leave(ctx, n.key, n.id, n.instance)
+	if err != nil {
+		return false, fmt.Errorf("distributed: node %q leaving gate %q: %w", n.id, n.key, err)
+	}
+	return removed, nil
 }
 
 // Stats returns the node's state at now. It changes nothing: a fence it

@@ -633,3 +633,44 @@ func TestNodeDuplicateNodeID(t *testing.T) {
 		t.Fatalf("after a duplicate refusal: mode %v, ceiling %d; want granted, 3", s.Mode, s.Ceiling)
 	}
 }
+
+// A node leaving its fleet: refused while a request is in flight; then its
+// record goes at once, it admits nothing and beats no more, and the other
+// node takes the whole ceiling at its next beat, inside the leaver's lease.
+func TestNodeLeave(t *testing.T) {
+	coord := distributed.NewMemory()
+	a := newTestNode(t, newTestGate(t, newKnob(10)), distributed.NodeConfig{Node: "a", Coordinator: coord})
+	b := newTestNode(t, newTestGate(t, newKnob(10)), distributed.NodeConfig{Node: "b", Coordinator: coord})
+	mustBeat(t, a, nodeT0)
+	mustBeat(t, b, nodeT0)
+	mustBeat(t, a, nodeT0)
+	if g := mustBeat(t, b, nodeT0); g.Share != 5 {
+		t.Fatalf("b's share %d, want 5 of 10", g.Share)
+	}
+	l, ok := a.TryAcquire(nodeT0)
+	if !ok {
+		t.Fatal("a refused under its share")
+	}
+	if removed, err := a.Leave(context.Background()); removed || !errors.Is(err, distributed.ErrInFlight) {
+		t.Fatalf("leaving with one in flight: %v, %v; want ErrInFlight", removed, err)
+	}
+	if s := a.Stats(nodeT0); s.Mode != distributed.ModeGranted {
+		t.Fatalf("after the refused leave: %+v, want still granted", s)
+	}
+	l.Release(nodeT0, adaptive.OK)
+	if removed, err := a.Leave(context.Background()); !removed || err != nil {
+		t.Fatalf("leave: %v, %v; want the record removed", removed, err)
+	}
+	if _, ok := a.TryAcquire(nodeT0); ok {
+		t.Fatal("a admitted after leaving")
+	}
+	if s := a.Stats(nodeT0); s.Mode != distributed.ModeLeft || s.Ceiling != 0 {
+		t.Fatalf("after leaving: %+v, want mode left, ceiling 0", s)
+	}
+	if _, err := a.Beat(context.Background(), nodeT0); !errors.Is(err, distributed.ErrLeft) {
+		t.Fatalf("a beat after leaving: %v, want ErrLeft", err)
+	}
+	if g := mustBeat(t, b, nodeT0.Add(time.Millisecond)); g.Share != 10 || g.Live != 1 {
+		t.Fatalf("b after a left: %+v, want all 10 alone", g)
+	}
+}

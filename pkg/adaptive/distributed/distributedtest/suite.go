@@ -42,6 +42,7 @@ func RunCoordinator(t *testing.T, newCoord func(t *testing.T) distributed.Coordi
 		{"DuplicateLiveNodeIsRefused", duplicateNode},
 		{"ExpiredNodesAreEvicted", eviction},
 		{"RecreatedRecordNumbersAboveTheEcho", recreated},
+		{"LeaveHandsTheShareBack", leave},
 		{"BadReportsAreRefused", badReports},
 	}
 	for _, tc := range cases {
@@ -275,6 +276,33 @@ func recreated(t *testing.T, c distributed.Coordinator, gate string) {
 	if want := 10 - max(lost, again.Share); g.Share > want {
 		t.Fatalf("b after a's unacknowledged grants of %d and %d: share %d, want ≤ %d", lost, again.Share, g.Share, want)
 	}
+}
+
+// leave: a node's instance leaves and its share is the others' at their
+// next beat; another instance's record, or none, is left alone.
+func leave(t *testing.T, c distributed.Coordinator, gate string) {
+	lv, ok := c.(distributed.Leaver)
+	if !ok {
+		t.Fatalf("%T does not implement distributed.Leaver", c)
+	}
+	b := newBeater(t, c, gate, ttl)
+	b.beat("a", 10, 0, 0, t0) // 10: alone
+	b.beat("b", 10, 0, 0, t0) // 0: a holds it all
+	b.beat("a", 10, 0, 1, t0) // 5
+	want(t, "b with a", b.beat("b", 10, 0, 1, t0), 5, 10, 2)
+	if removed, err := lv.Leave(context.Background(), gate, "a", "another instance"); removed || err != nil {
+		t.Fatalf("another instance's leave: removed %v, %v; want nothing removed", removed, err)
+	}
+	if removed, err := lv.Leave(context.Background(), gate, "a", "i-a"); !removed || err != nil {
+		t.Fatalf("a's leave: removed %v, %v; want its record removed", removed, err)
+	}
+	if removed, err := lv.Leave(context.Background(), gate, "a", "i-a"); removed || err != nil {
+		t.Fatalf("a's second leave: removed %v, %v; want nothing to remove", removed, err)
+	}
+	if removed, err := lv.Leave(context.Background(), gate+"/never", "a", "i-a"); removed || err != nil {
+		t.Fatalf("leaving a gate never beaten: removed %v, %v", removed, err)
+	}
+	want(t, "b after a left, within a's lease", b.beat("b", 10, 0, 2, t0.Add(time.Millisecond)), 10, 10, 1)
 }
 
 func badReports(t *testing.T, c distributed.Coordinator, gate string) {

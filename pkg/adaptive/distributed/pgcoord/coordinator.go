@@ -144,6 +144,26 @@ func (c *Coordinator) heartbeat(ctx context.Context, gate string, rep distribute
 	return g, refused, nil
 }
 
+// Leave implements distributed.Leaver: in one transaction holding the
+// gate's lock, as a heartbeat does, it deletes node's row if instance holds
+// it.
+func (c *Coordinator) Leave(ctx context.Context, gate, node, instance string) (bool, error) {
+	key := []byte(gate)
+	var removed bool
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, c.sql.lockGate, key); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, c.sql.leaveNode, key, []byte(node), []byte(instance))
+		removed = tag.RowsAffected() == 1
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("pgcoord: %q leaving gate %q: %w", node, gate, err)
+	}
+	return removed, nil
+}
+
 // queueWrites queues in b what a granted beat changed from recs to next
 // (sorted by Node): the reporter's row, inserted or updated, and one
 // deletion of the rows Beat evicted. No other record changes in a beat.

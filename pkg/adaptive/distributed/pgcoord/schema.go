@@ -79,6 +79,9 @@ type statements struct {
 	// deleteNodes deletes the evicted rows: $1 gate, $2 their nodes
 	// (bytea[]).
 	deleteNodes string
+	// leaveNode deletes a node's row if its instance holds it: $1 gate, $2
+	// node, $3 instance.
+	leaveNode string
 	// clock reads the database's clock, in Unix µs. No parameters.
 	clock string
 }
@@ -121,6 +124,7 @@ CREATE TABLE IF NOT EXISTS %s (
 		updateNode: `UPDATE ` + nodes + ` SET instance = $3, seq = $4, local_limit = $5, inflight = $6, demand = $7,
 	applied_gen = $8, expires_at = $9, share = $10, gen = $11, high = $12 WHERE gate = $1 AND node = $2`,
 		deleteNodes: `DELETE FROM ` + nodes + ` WHERE gate = $1 AND node = ANY($2::bytea[])`,
+		leaveNode:   `DELETE FROM ` + nodes + ` WHERE gate = $1 AND node = $2 AND instance = $3`,
 		clock:       `SELECT ` + clockMicros,
 	}
 }

@@ -241,6 +241,18 @@ func (c *Coordinator) Records(ctx context.Context, gate string) ([]distributed.R
 	return recs, nil
 }
 
+// Leave implements distributed.Leaver: one script removes node's record of
+// gate if instance holds it.
+func (c *Coordinator) Leave(ctx context.Context, gate, node, instance string) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	n, err := leave.Run(rctx, c.client, []string{c.Key(gate)}, node, instance).Int()
+	if err != nil {
+		return false, c.failure(ctx, gate, err)
+	}
+	return n == 1, nil
+}
+
 // failure is the error a call ended with: ctx.Err() when the caller's
 // context ended, else err naming the gate.
 func (c *Coordinator) failure(ctx context.Context, gate string, err error) error {
@@ -252,6 +264,11 @@ func (c *Coordinator) failure(ctx context.Context, gate string, err error) error
 
 //go:embed scripts/heartbeat.lua
 var heartbeatLua string
+
+//go:embed scripts/leave.lua
+var leaveLua string
+
+var leave = redis.NewScript(leaveLua)
 
 // heartbeat runs by EVALSHA, and by EVAL (which caches it) after a
 // NOSCRIPT: after a SCRIPT FLUSH, a restart or a failover.
