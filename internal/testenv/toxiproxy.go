@@ -27,6 +27,9 @@ type Proxy struct {
 // (host:port) and stops it on cleanup.
 func StartProxy(tb testing.TB, upstream string) *Proxy {
 	tb.Helper()
+	// The toxics log through zerolog's global logger, at trace level on
+	// every interrupted write: keep test output to what the test says.
+	zerolog.SetGlobalLevel(zerolog.WarnLevel)
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	p := toxiproxy.NewProxy(srv, "testenv", "127.0.0.1:0", upstream)
 	if err := p.Start(); err != nil {
@@ -47,6 +50,14 @@ func (p *Proxy) Blackhole(stream string) {
 // Latency delays every byte flowing in stream by d.
 func (p *Proxy) Latency(stream string, d time.Duration) {
 	p.add("latency", "latency", stream, fmt.Sprintf(`{"latency": %d}`, d.Milliseconds()))
+}
+
+// Toxic adds a toxic of kind (toxiproxy's: latency, bandwidth, slow_close,
+// timeout, reset_peer, slicer, limit_data) with its attributes (a JSON
+// object) to stream, named kind-stream: one of each per stream.
+func (p *Proxy) Toxic(kind, stream, attributes string) {
+	p.tb.Helper()
+	p.add(kind, kind, stream, attributes)
 }
 
 // Heal removes every toxic and drops the connections the faults held, so
