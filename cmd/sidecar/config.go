@@ -44,6 +44,8 @@ type serveConfig struct {
 	// postgresURL is the PostgreSQL distributed gates with coordinator:
 	// postgres meet in; empty for none.
 	postgresURL string
+	// grpc are the gRPC server's limits (grpcserver.go).
+	grpc grpcLimits
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveConfig, error) {
@@ -71,6 +73,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.DurationVar(&c.federationTimeout, "federation-timeout", 500*time.Millisecond, "longest a lease from the cross-region coordinator may take (a request with a federated limit waits at most this for it)")
 	fs.StringVar(&c.postgresURL, "postgres-url", "", "the PostgreSQL where distributed concurrency gates with coordinator: postgres meet (postgres://user@host:5432/db; the password is never logged)")
 	fs.DurationVar(&c.federationProbe, "federation-probe-after", time.Second, "after a failed lease, how long federated rules leave the coordinator alone (answering by their outage mode) before asking it again")
+	c.grpc.define(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: throttlekit serve [flags]\n\nEvery flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n\n", envPrefix)
 		fs.PrintDefaults()
@@ -157,6 +160,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.federationTimeout <= 0 || c.federationProbe <= 0 {
 		errs = append(errs, errors.New("--federation-timeout and --federation-probe-after must be positive"))
+	}
+	if err := c.grpc.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.drainTimeout <= 0 || c.reloadDebounce < 0 {
 		errs = append(errs, errors.New("--drain-timeout must be positive and --reload-debounce not negative"))

@@ -57,6 +57,10 @@ func TestBadFlagsSayWhatToFix(t *testing.T) {
 		{[]string{"--store-timeout", "0s"}, nil, "must be positive"},
 		{nil, map[string]string{"THROTTLEKIT_STORE_TIMEOUT": "soon"}, `THROTTLEKIT_STORE_TIMEOUT="soon"`},
 		{[]string{"config"}, nil, "did you mean --policy config"},
+		{[]string{"--grpc-max-inflight", "-1"}, nil, "--grpc-max-inflight -1: must be ≥ 0"},
+		{[]string{"--grpc-max-concurrent-streams", "0"}, nil, "--grpc-max-concurrent-streams 0: want 1 to"},
+		{[]string{"--grpc-keepalive-min-time", "0s"}, nil, "--grpc-keepalive-min-time must be positive"},
+		{[]string{"--grpc-max-connection-age", "-1s"}, nil, "--grpc-max-connection-age -1s: must be ≥ 0"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseServe(tc.args, env(tc.env), &stderr)

@@ -149,7 +149,10 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("--http-addr %s: %w", c.httpAddr, err)
 	}
 	rls := envoyrls.NewRateLimitServer(eng, envoyrls.Options{Headers: c.responseHeaders})
-	gs := grpc.NewServer(m.serverOptions(log.Error)...)
+	opts := append(m.serverOptions(log.Error), c.grpc.options()...)
+	// After the metrics interceptor: shed calls are counted by code.
+	opts = append(opts, grpc.ChainUnaryInterceptor(newShedder(c.grpc.maxInflight, m.reg).interceptor()))
+	gs := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(gs, rls)
 	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(eng, envoyrls.ProcessorOptions{Observe: m.observeGate}))
 	healthpb.RegisterHealthServer(gs, hs)

@@ -10,6 +10,7 @@
 //	benchtool gates -metrics URL -gate NAME  a gate's counters from throttlekit's /metrics
 //	                                         → "admitted rejected cancelled ok error dropped"
 //	benchtool summary FILE                   ghz's JSON report → "count rps p50 p99 errors"
+//	benchtool answers FILE                   ghz's JSON report → every call: "count rps ok shed expired other p50 p99 max"
 package main
 
 import (
@@ -36,7 +37,8 @@ const usage = `usage:
   benchtool check -addr ADDR -data JSON [-want-limit]
   benchtool extproc -addr ADDR -data JSON_ARRAY
   benchtool gates -metrics URL -gate NAME
-  benchtool summary GHZ_JSON_FILE`
+  benchtool summary GHZ_JSON_FILE
+  benchtool answers GHZ_JSON_FILE`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -55,6 +57,8 @@ func main() {
 		err = gatesCmd(args)
 	case "summary":
 		err = summaryCmd(args)
+	case "answers":
+		err = answersCmd(args)
 	default:
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
