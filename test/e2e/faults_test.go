@@ -1,0 +1,268 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
+)
+
+var faultsTable = flag.String("faults-table", "", "write TestE2EFaults' results as a markdown table to this file")
+
+// The fault suite's rules: every mode under every on_store_error policy,
+// each limiting its own key to faultLimit per hour (one window for the
+// whole test), leased ones in batches of faultBatch.
+const (
+	faultLimit = 40
+	faultBatch = 5
+)
+
+var (
+	faultModes    = []string{"strict", "cached_deny", "leased", "leased_uncoupled", "fair"}
+	faultPolicies = []string{"allow", "deny", "error"}
+)
+
+// faultPolicy is the domain "faults": a rule per mode × policy, on
+// descriptor key MODE_POLICY.
+func faultPolicy() string {
+	var b strings.Builder
+	b.WriteString("domain: faults\ndescriptors:\n")
+	for _, m := range faultModes {
+		for _, p := range faultPolicies {
+			fmt.Fprintf(&b, "  - key: %s_%s\n    rate_limit: {name: %s_%s, unit: hour, requests_per_unit: %d}\n    on_store_error: %s\n", m, p, m, p, faultLimit, p)
+			switch m {
+			case "cached_deny":
+				b.WriteString("    mode: cached_deny\n")
+			case "leased":
+				fmt.Fprintf(&b, "    mode: leased\n    lease: {batch: %d}\n", faultBatch)
+			case "leased_uncoupled":
+				fmt.Fprintf(&b, "    mode: leased\n    lease: {batch: %d, window_coupled: false}\n", faultBatch)
+			case "fair":
+				fmt.Fprintf(&b, "    fairness: {tenant_key: %s_%s}\n", m, p)
+			}
+		}
+	}
+	return b.String()
+}
+
+// bound is the most a rule may admit in one window on one node while its
+// store fails and recovers: the limit, and for uncoupled leases the
+// node's carried batch on top (docs/PROOFS.md §1, N = 1). A rule whose
+// policy is allow admits without limit while the store fails, by design.
+func bound(mode string) int {
+	if mode == "leased_uncoupled" {
+		return faultLimit + faultBatch - 1
+	}
+	return faultLimit
+}
+
+// fault is one toxic between the sidecar and Redis.
+type fault struct {
+	name, kind, stream, attributes string
+	// fallsBack says the fault makes store calls fail: false when they
+	// should all succeed (latency well under the store timeout), which a
+	// starved CPU can still break now and then.
+	fallsBack bool
+}
+
+var faults = []fault{
+	{"latency 10ms (below --store-timeout)", "latency", "downstream", `{"latency": 10}`, false},
+	{"latency 50ms (at --store-timeout)", "latency", "downstream", `{"latency": 50}`, true},
+	{"latency 1s (20× --store-timeout)", "latency", "downstream", `{"latency": 1000}`, true},
+	{"jitter 20ms ± 40ms", "latency", "downstream", `{"latency": 20, "jitter": 40}`, true},
+	{"connection resets", "reset_peer", "upstream", `{"timeout": 0}`, true},
+	{"blackhole (partition that hangs)", "timeout", "upstream", `{"timeout": 0}`, true},
+	{"slow close (2s)", "slow_close", "downstream", `{"delay": 2000}`, true},
+	{"bandwidth 1 KB/s", "bandwidth", "downstream", `{"rate": 1}`, true},
+}
+
+// answers are one rule's answers during one fault.
+type answers struct {
+	ok, over, unavailable, other int
+	otherErr                     error
+	lat                          []time.Duration
+}
+
+func (a *answers) add(resp *rlsv3.RateLimitResponse, err error, took time.Duration) {
+	a.lat = append(a.lat, took)
+	switch {
+	case err == nil && resp.GetOverallCode() == ok:
+		a.ok++
+	case err == nil && resp.GetOverallCode() == over:
+		a.over++
+	case status.Code(err) == codes.Unavailable:
+		a.unavailable++
+	default:
+		a.other++
+		a.otherErr = fmt.Errorf("%v %v", resp, err)
+	}
+}
+
+// TestE2EFaults puts toxiproxy between a redis-backed sidecar and Redis and
+// applies each fault mid-traffic, for every mode under every
+// on_store_error policy: every answer within the store timeout (plus the
+// harness's margin), every answer one its policy allows, nothing admitted
+// beyond the mode's bound (counted after healing, by taking what the real
+// Redis still grants), goroutines back to their baseline and Redis deciding
+// again within a second of healing.
+func TestE2EFaults(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t)
+	proxy := testenv.StartProxy(t, r.Addr)
+	s := startSidecar(t, options{store: "redis", redisURL: "redis://" + proxy.Addr + "/0",
+		files: map[string]string{"faults.yaml": faultPolicy()}})
+
+	call := func(rule, value string) (*rlsv3.RateLimitResponse, error, time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		defer cancel()
+		start := time.Now()
+		resp, err := s.rls.ShouldRateLimit(ctx, request("faults", desc(rule, value)))
+		return resp, err, time.Since(start)
+	}
+	var rules []string
+	for _, m := range faultModes {
+		for _, p := range faultPolicies {
+			rules = append(rules, m+"_"+p)
+		}
+	}
+	// Warm up every rule (scripts cached, leases taken), then the baseline.
+	for _, rule := range rules {
+		if _, err, _ := call(rule, "warm-up"); err != nil {
+			t.Fatalf("%s: %v", rule, err)
+		}
+	}
+	goroutines := func() float64 { return s.metrics(t).get("go_goroutines") }
+	base := goroutines()
+
+	var rows []string
+	for fi, f := range faults {
+		value := fmt.Sprintf("fault-%d", fi)
+		got := map[string]*answers{}
+		for _, rule := range rules {
+			got[rule] = &answers{}
+		}
+		var mu sync.Mutex
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		for w := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; !stop.Load(); i++ {
+					rule := rules[i%len(rules)]
+					resp, err, took := call(rule, value)
+					mu.Lock()
+					got[rule].add(resp, err, took)
+					mu.Unlock()
+				}
+			}()
+		}
+		// Traffic first, then the fault mid-traffic, then healed.
+		waitFor(t, 5*time.Second, "healthy traffic before "+f.name, func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			n := len(got[rules[0]].lat)
+			return n >= 5, fmt.Sprintf("%d answers", n)
+		})
+		storeErrors := func() float64 { return s.metrics(t).get("throttlekit_store_errors_total") }
+		errsBefore := storeErrors()
+		proxy.Toxic(f.kind, f.stream, f.attributes)
+		faultEnds := time.Now().Add(1500 * time.Millisecond)
+		waitFor(t, 5*time.Second, "the fault's span", func() (bool, string) { return !time.Now().Before(faultEnds), "" })
+		stop.Store(true)
+		wg.Wait()
+		failed := storeErrors() - errsBefore // store calls on_store_error answered
+		proxy.Heal()
+		recovery := waitFor(t, 5*time.Second, "Redis deciding again after healing "+f.name, func() (bool, string) {
+			resp, err, _ := call("strict_deny", fmt.Sprintf("recovery-%d-%d", fi, time.Now().UnixNano()))
+			return err == nil && resp.GetOverallCode() == ok, fmt.Sprintf("%v %v", resp, err)
+		})
+		if recovery > time.Second {
+			t.Errorf("%s: Redis decided again %v after healing, want < 1s", f.name, recovery)
+		}
+
+		var all []time.Duration
+		for _, rule := range rules {
+			all = append(all, got[rule].lat...)
+		}
+		if !f.fallsBack && failed > float64(len(all))/100 {
+			t.Errorf("%s: %v of %d store calls failed, want ≤ 1%%: the fault should stay under the store timeout", f.name, failed, len(all))
+		}
+		overAdmitted, stranded := 0, 0 // the most over a bound; the most credits a leased rule left unusable
+		for _, rule := range rules {
+			a := got[rule]
+			mode, policy := rule[:strings.LastIndexByte(rule, '_')], rule[strings.LastIndexByte(rule, '_')+1:]
+			if a.other > 0 {
+				t.Errorf("%s, %s: %d answers no policy gives, e.g. %v", f.name, rule, a.other, a.otherErr)
+			}
+			if a.unavailable > 0 && (policy != "error" || failed == 0) {
+				t.Errorf("%s, %s: %d UNAVAILABLE answers, want none (on_store_error %s, %v store calls failed)", f.name, rule, a.unavailable, policy, failed)
+			}
+			if slow := slices.Max(a.lat); slow > answerBound {
+				t.Errorf("%s, %s: slowest answer %v, want ≤ %v (store timeout %v)", f.name, rule, slow, answerBound, storeTimeout)
+			}
+			if policy == "allow" && failed > 0 {
+				continue // its fallback admits by design
+			}
+			// What Redis still grants in the window, taken until it denies.
+			more := 0
+			for range bound(mode) + 2*faultBatch {
+				resp, err, _ := call(rule, value)
+				if err != nil {
+					t.Fatalf("%s, %s: draining after healing: %v", f.name, rule, err)
+				}
+				if resp.GetOverallCode() != ok {
+					break
+				}
+				more++
+			}
+			total := a.ok + more
+			overAdmitted = max(overAdmitted, total-bound(mode))
+			if total > bound(mode) {
+				t.Errorf("%s, %s: admitted %d during the fault and %d after healing: %d > the mode's bound %d",
+					f.name, rule, a.ok, more, total, bound(mode))
+			}
+			if strings.HasPrefix(mode, "leased") {
+				stranded = max(stranded, faultLimit-total)
+			}
+		}
+		slices.Sort(all)
+		p99, worst := all[len(all)*99/100], all[len(all)-1]
+		var answered []string
+		for _, p := range faultPolicies {
+			var o, d, u int
+			for _, m := range faultModes {
+				a := got[m+"_"+p]
+				o, d, u = o+a.ok, d+a.over, u+a.unavailable
+			}
+			answered = append(answered, fmt.Sprintf("%s: %d OK, %d over, %d unavailable", p, o, d, u))
+		}
+		if !testenv.Eventually(func() bool { return goroutines() <= base+2 }) {
+			t.Errorf("%s: %v goroutines 10s after healing, baseline %v", f.name, goroutines(), base)
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %d | %v | %v | %v | %s | %d | %d | %v |", f.name, len(all), failed,
+			p99.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), strings.Join(answered, "; "),
+			max(0, overAdmitted), max(0, stranded), recovery.Round(time.Millisecond)))
+	}
+	table := "| fault | answers | store calls failed | p99 | max | answered (by on_store_error; all modes) | over-admitted | leased credits stranded | recovery |\n" +
+		"| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n" +
+		strings.Join(rows, "\n") + "\n"
+	t.Logf("store timeout %v; no rule admitted past its mode's bound:\n%s", storeTimeout, table)
+	if *faultsTable != "" {
+		if err := os.WriteFile(*faultsTable, []byte(table), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
