@@ -33,7 +33,7 @@ var fleetChart = flag.String("fleet-chart", "", "directory for TestE2EFleetGate'
 // fleetWorkers closed-loop clients, together four times the capacity.
 const (
 	fleetC       = 12
-	fleetBase    = 60 * time.Millisecond
+	fleetBase    = 100 * time.Millisecond
 	fleetSize    = 4
 	fleetWorkers = 12
 	// fleetHeartbeat is the distributed gate's heartbeat; its lease is the
@@ -45,6 +45,11 @@ const (
 	fleetWarm   = 8 * time.Second
 	fleetSteady = 6 * time.Second
 	sampleEvery = 10 * time.Millisecond
+	// fleetRetry is how long a refused client waits before it asks again:
+	// Envoy's default retry base interval. Shorter, the refused clients'
+	// calls spin the two cores the sidecars and the backend share, and the
+	// latency the gates infer from is mostly scheduling.
+	fleetRetry = 25 * time.Millisecond
 )
 
 // fleetGatePolicy is the gate every sidecar runs: a p95 controller whose
@@ -218,8 +223,8 @@ func runFleet(t *testing.T, coordinator string, o options, records recordsFunc) 
 						r.failed.Add(1)
 					case ir != nil:
 						r.refused.Add(1)
-						select { // a client told to retry backs off
-						case <-time.After(5 * time.Millisecond):
+						select { // a client told to retry backs off Envoy's default retry base interval
+						case <-time.After(fleetRetry):
 						case <-sctx.Done():
 						}
 					}
