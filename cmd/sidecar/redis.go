@@ -18,6 +18,10 @@ import (
 // after a lost reply could apply a check twice — and a refused dial is not
 // retried either (go-redis would try five times, 100ms apart), so a dead
 // Redis answers at once and on_store_error decides within the store timeout.
+// Every call honours its context's deadline (ContextTimeoutEnabled; go-redis
+// otherwise waits out its read timeout, at least 500ms here): a federated
+// request's escrow and coordinator calls end at --federation-timeout, and
+// a store's round trip at --store-timeout.
 func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, error) {
 	return redisClientFor("--redis-url", raw, timeout)
 }
@@ -49,6 +53,7 @@ func redisClientFor(flag, raw string, timeout time.Duration) (redis.UniversalCli
 			return nil, fmt.Errorf("%s %s (sentinel): %v", flag, Redact(raw), redactErr(err, raw))
 		}
 		o.MaxRetries, o.DialerRetries = -1, 1
+		o.ContextTimeoutEnabled = true
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
 		return redis.NewFailoverClient(o), nil
 	case cluster || len(q["addr"]) > 0:
@@ -57,6 +62,7 @@ func redisClientFor(flag, raw string, timeout time.Duration) (redis.UniversalCli
 			return nil, fmt.Errorf("%s %s (cluster): %v", flag, Redact(raw), redactErr(err, raw))
 		}
 		o.MaxRetries, o.DialerRetries = -1, 1
+		o.ContextTimeoutEnabled = true
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
 		return redis.NewClusterClient(o), nil
 	}
@@ -65,6 +71,7 @@ func redisClientFor(flag, raw string, timeout time.Duration) (redis.UniversalCli
 		return nil, fmt.Errorf("%s %s: %v", flag, Redact(raw), redactErr(err, raw))
 	}
 	o.MaxRetries, o.DialerRetries = -1, 1
+	o.ContextTimeoutEnabled = true
 	defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
 	return redis.NewClient(o), nil
 }

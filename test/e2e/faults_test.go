@@ -21,18 +21,32 @@ import (
 
 var faultsTable = flag.String("faults-table", "", "write TestE2EFaults' results as a markdown table to this file")
 
-// The fault suite's rules: every mode under every on_store_error policy,
-// each limiting its own key to faultLimit per hour (one window for the
-// whole test), leased ones in batches of faultBatch.
+// The fault suite's rules: every mode under every on_store_error policy
+// (federated mode under each outage mode instead: it has no
+// on_store_error), each limiting its own key to faultLimit per hour (one
+// window for the whole test), leased and federated ones in batches of
+// faultBatch; regional_only's regional budget is faultRegional.
 const (
-	faultLimit = 40
-	faultBatch = 5
+	faultLimit    = 40
+	faultBatch    = 5
+	faultRegional = 10
 )
 
 var (
-	faultModes    = []string{"strict", "cached_deny", "leased", "leased_uncoupled", "fair"}
+	faultModes    = []string{"strict", "cached_deny", "leased", "leased_uncoupled", "fair", "federated"}
 	faultPolicies = []string{"allow", "deny", "error"}
+	// fedPolicies are federated mode's outage modes, in the place of
+	// on_store_error.
+	fedPolicies = []string{"fail_closed", "regional_only"}
 )
+
+// policiesOf are the policies a mode's rules are run under.
+func policiesOf(mode string) []string {
+	if mode == "federated" {
+		return fedPolicies
+	}
+	return faultPolicies
+}
 
 // faultPolicy is the domain "faults": a rule per mode × policy, on
 // descriptor key MODE_POLICY.
@@ -40,8 +54,11 @@ func faultPolicy() string {
 	var b strings.Builder
 	b.WriteString("domain: faults\ndescriptors:\n")
 	for _, m := range faultModes {
-		for _, p := range faultPolicies {
-			fmt.Fprintf(&b, "  - key: %s_%s\n    rate_limit: {name: %s_%s, unit: hour, requests_per_unit: %d}\n    on_store_error: %s\n", m, p, m, p, faultLimit, p)
+		for _, p := range policiesOf(m) {
+			fmt.Fprintf(&b, "  - key: %s_%s\n    rate_limit: {name: %s_%s, unit: hour, requests_per_unit: %d}\n", m, p, m, p, faultLimit)
+			if m != "federated" {
+				fmt.Fprintf(&b, "    on_store_error: %s\n", p)
+			}
 			switch m {
 			case "cached_deny":
 				b.WriteString("    mode: cached_deny\n")
@@ -51,6 +68,12 @@ func faultPolicy() string {
 				fmt.Fprintf(&b, "    mode: leased\n    lease: {batch: %d, window_coupled: false}\n", faultBatch)
 			case "fair":
 				fmt.Fprintf(&b, "    fairness: {tenant_key: %s_%s}\n", m, p)
+			case "federated":
+				fmt.Fprintf(&b, "    mode: federated\n    federation: {batch: %d, outage: %s", faultBatch, p)
+				if p == "regional_only" {
+					fmt.Fprintf(&b, ", regional_limit: %d", faultRegional)
+				}
+				b.WriteString("}\n")
 			}
 		}
 	}
@@ -58,12 +81,17 @@ func faultPolicy() string {
 }
 
 // bound is the most a rule may admit in one window on one node while its
-// store fails and recovers: the limit, and for uncoupled leases the
-// node's carried batch on top (docs/PROOFS.md §1, N = 1). A rule whose
-// policy is allow admits without limit while the store fails, by design.
-func bound(mode string) int {
-	if mode == "leased_uncoupled" {
+// store fails and recovers: the limit; for uncoupled leases the node's
+// carried batch on top (docs/PROOFS.md §1, N = 1); for a federated rule
+// under regional_only the region's regional budget on top (README,
+// Federation: granted + Σ regional_limit, K = 1). A rule whose policy is
+// allow admits without limit while the store fails, by design.
+func bound(mode, policy string) int {
+	switch {
+	case mode == "leased_uncoupled":
 		return faultLimit + faultBatch - 1
+	case mode == "federated" && policy == "regional_only":
+		return faultLimit + faultRegional
 	}
 	return faultLimit
 }
@@ -121,7 +149,12 @@ func TestE2EFaults(t *testing.T) {
 	t.Parallel()
 	r := testenv.StartRedis(t)
 	proxy := testenv.StartProxy(t, r.Addr)
-	s := startSidecar(t, options{store: "redis", redisURL: "redis://" + proxy.Addr + "/0",
+	// The region's escrow (--redis-url) and the federation's coordinator
+	// share the server behind the proxy (their keys apart by prefix): a
+	// fault cuts a federated rule off from both.
+	behind := "redis://" + proxy.Addr + "/0"
+	s := startSidecar(t, options{store: "redis", redisURL: behind,
+		args:  []string{"--region", "faults", "--federation-url", behind, "--federation-timeout", storeTimeout.String()},
 		files: map[string]string{"faults.yaml": faultPolicy()}})
 
 	call := func(rule, value string) (*rlsv3.RateLimitResponse, error, time.Duration) {
@@ -132,9 +165,12 @@ func TestE2EFaults(t *testing.T) {
 		return resp, err, time.Since(start)
 	}
 	var rules []string
+	modeOf, policyOf := map[string]string{}, map[string]string{}
 	for _, m := range faultModes {
-		for _, p := range faultPolicies {
-			rules = append(rules, m+"_"+p)
+		for _, p := range policiesOf(m) {
+			rule := m + "_" + p
+			rules = append(rules, rule)
+			modeOf[rule], policyOf[rule] = m, p
 		}
 	}
 	// Warm up every rule (scripts cached, leases taken), then the baseline.
@@ -203,7 +239,7 @@ func TestE2EFaults(t *testing.T) {
 		overAdmitted, stranded := 0, 0 // the most over a bound; the most credits a leased rule left unusable
 		for _, rule := range rules {
 			a := got[rule]
-			mode, policy := rule[:strings.LastIndexByte(rule, '_')], rule[strings.LastIndexByte(rule, '_')+1:]
+			mode, policy := modeOf[rule], policyOf[rule]
 			if a.other > 0 {
 				t.Errorf("%s, %s: %d answers no policy gives, e.g. %v", f.name, rule, a.other, a.otherErr)
 			}
@@ -218,7 +254,7 @@ func TestE2EFaults(t *testing.T) {
 			}
 			// What Redis still grants in the window, taken until it denies.
 			more := 0
-			for range bound(mode) + 2*faultBatch {
+			for range bound(mode, policy) + 2*faultBatch {
 				resp, err, _ := call(rule, value)
 				if err != nil {
 					t.Fatalf("%s, %s: draining after healing: %v", f.name, rule, err)
@@ -229,23 +265,24 @@ func TestE2EFaults(t *testing.T) {
 				more++
 			}
 			total := a.ok + more
-			overAdmitted = max(overAdmitted, total-bound(mode))
-			if total > bound(mode) {
+			overAdmitted = max(overAdmitted, total-bound(mode, policy))
+			if total > bound(mode, policy) {
 				t.Errorf("%s, %s: admitted %d during the fault and %d after healing: %d > the mode's bound %d",
-					f.name, rule, a.ok, more, total, bound(mode))
+					f.name, rule, a.ok, more, total, bound(mode, policy))
 			}
-			if strings.HasPrefix(mode, "leased") {
+			if strings.HasPrefix(mode, "leased") || mode == "federated" {
 				stranded = max(stranded, faultLimit-total)
 			}
 		}
 		slices.Sort(all)
 		p99, worst := all[len(all)*99/100], all[len(all)-1]
 		var answered []string
-		for _, p := range faultPolicies {
+		for _, p := range append(slices.Clone(faultPolicies), fedPolicies...) {
 			var o, d, u int
 			for _, m := range faultModes {
-				a := got[m+"_"+p]
-				o, d, u = o+a.ok, d+a.over, u+a.unavailable
+				if a := got[m+"_"+p]; a != nil {
+					o, d, u = o+a.ok, d+a.over, u+a.unavailable
+				}
 			}
 			answered = append(answered, fmt.Sprintf("%s: %d OK, %d over, %d unavailable", p, o, d, u))
 		}
@@ -256,7 +293,7 @@ func TestE2EFaults(t *testing.T) {
 			p99.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), strings.Join(answered, "; "),
 			max(0, overAdmitted), max(0, stranded), recovery.Round(time.Millisecond)))
 	}
-	table := "| fault | answers | store calls failed | p99 | max | answered (by on_store_error; all modes) | over-admitted | leased credits stranded | recovery |\n" +
+	table := "| fault | answers | store calls failed | p99 | max | answered (by on_store_error, and federated outage mode) | over-admitted | leased credits stranded | recovery |\n" +
 		"| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n" +
 		strings.Join(rows, "\n") + "\n"
 	t.Logf("store timeout %v; no rule admitted past its mode's bound:\n%s", storeTimeout, table)
