@@ -94,20 +94,34 @@ func (s *compatStatus) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// compatStart is where the samples' timeline starts: their expected
+// durations until reset are written for it.
+var compatStart = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // TestCompatSamples replays every config/compat/accept sample against the
 // real engine on the in-memory store, from 2024-01-01T00:00:00Z on a fake
 // clock, and checks every expected answer.
 func TestCompatSamples(t *testing.T) {
+	runCompatSamples(t, compatStart, func(*testing.T, string) engine.Options {
+		return engine.Options{Store: memstore.New()}
+	})
+}
+
+// runCompatSamples runs every sample, each on an engine built with the
+// options newOptions returns for the sample's name, from start.
+func runCompatSamples(t *testing.T, start time.Time, newOptions func(t *testing.T, sample string) engine.Options) {
 	dirs, err := filepath.Glob("../../config/compat/accept/*")
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no compat samples found (%v)", err)
 	}
 	for _, dir := range dirs {
-		t.Run(filepath.Base(dir), func(t *testing.T) { runCompat(t, dir) })
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			runCompat(t, dir, start, newOptions(t, filepath.Base(dir)))
+		})
 	}
 }
 
-func runCompat(t *testing.T, dir string) {
+func runCompat(t *testing.T, dir string, start time.Time, opts engine.Options) {
 	var files []string
 	for _, pat := range []string{"*.yaml", "*.yml"} {
 		m, _ := filepath.Glob(filepath.Join(dir, pat))
@@ -129,7 +143,7 @@ func runCompat(t *testing.T, dir string) {
 	if err := yaml.Unmarshal(raw, &exp); err != nil {
 		t.Fatalf("expect.yaml: %v", err)
 	}
-	e, err := engine.New(engine.Options{Store: memstore.New()})
+	e, err := engine.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +151,7 @@ func runCompat(t *testing.T, dir string) {
 	if err := e.Load(bg, set); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
 	for _, c := range exp.Cases {
 		if c.Advance != "" {
 			d, err := time.ParseDuration(c.Advance)
