@@ -111,6 +111,10 @@ type dispatcher struct {
 	pipe  redis.Pipeliner
 	batch []*request
 	retry []*request
+	cmds  []redis.Cmder // a round trip's commands
+
+	groups []fusedGroup // a round trip's fixed-window checks (fuse.go)
+	unread []*request   // fixed-window checks to ask the composed script
 }
 
 func (d *dispatcher) run() {
@@ -158,15 +162,15 @@ func (d *dispatcher) send(batch []*request) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	s.ops.Add(uint64(len(live)))
-	d.roundTrip(ctx, live, false)
-	d.retry = d.retry[:0]
-	for _, r := range live {
-		if r.err != nil && redis.HasErrorPrefix(r.err, "NOSCRIPT") {
-			d.retry = append(d.retry, r)
-		}
-	}
-	if len(d.retry) > 0 {
-		d.roundTrip(ctx, d.retry, true)
+	d.retry, d.unread = d.retry[:0], d.unread[:0]
+	d.roundTripOrEval(ctx, live)
+	if len(d.unread) > 0 {
+		// Rare: a key in a state the fixed-window script does not read.
+		// The composed script answers it, or says what is wrong.
+		d.retry = append(d.retry, d.unread...)
+		clear(d.unread)
+		d.unread = d.unread[:0]
+		d.roundTripOrEval(ctx, d.retry)
 		clear(d.retry)
 	}
 	for _, r := range live {
@@ -177,25 +181,56 @@ func (d *dispatcher) send(batch []*request) {
 	}
 }
 
+// roundTripOrEval sends reqs in one round trip, then those that failed with
+// NOSCRIPT as EVALs in a second one.
+func (d *dispatcher) roundTripOrEval(ctx context.Context, reqs []*request) {
+	d.roundTrip(ctx, reqs, false)
+	retry := d.retry[len(d.retry):] // after what d.retry holds (the caller's reqs)
+	for _, r := range reqs {
+		if r.err != nil && redis.HasErrorPrefix(r.err, "NOSCRIPT") {
+			retry = append(retry, r)
+		}
+	}
+	if len(retry) > 0 {
+		d.roundTrip(ctx, retry, true)
+		clear(retry)
+	}
+}
+
 // roundTrip sends reqs in one pipeline (or as one command) and records each
-// result in its request.
+// result in its request. Fixed-window checks travel together (fuse.go).
 func (d *dispatcher) roundTrip(ctx context.Context, reqs []*request, eval bool) {
 	d.s.roundTrips.Add(1)
+	cmds := d.cmds[:0]
 	for _, r := range reqs {
-		r.cmd = r.command(ctx, eval)
+		if r.op != opCheckFixed {
+			r.cmd = r.command(ctx, eval)
+			cmds = append(cmds, r.cmd)
+		}
 	}
-	if len(reqs) == 1 {
-		_ = d.s.client.Process(ctx, reqs[0].cmd)
+	cmds = d.fuse(ctx, reqs, eval, cmds)
+	wait := d.s.wait.command(ctx, reqs) // nil unless Options.WaitReplicas (wait.go)
+	if wait != nil {
+		cmds = append(cmds, wait)
+	}
+	if len(cmds) == 1 {
+		_ = d.s.client.Process(ctx, cmds[0])
 	} else {
-		for _, r := range reqs {
-			_ = d.pipe.Process(ctx, r.cmd)
+		for _, c := range cmds {
+			_ = d.pipe.Process(ctx, c)
 		}
 		// Exec reports the first command's error; each command keeps its own.
 		_, _ = d.pipe.Exec(ctx)
 	}
+	clear(cmds)
+	d.cmds = cmds[:0]
 	for _, r := range reqs {
-		r.record()
+		if r.op != opCheckFixed {
+			r.record()
+		}
 	}
+	d.unfuse()
+	d.s.wait.apply(wait, reqs)
 }
 
 // deliver hands r's result to its caller, or back to the pool when the caller

@@ -51,6 +51,17 @@
 // sending the script source with EVAL, which also caches it again. Stats
 // counts operations and round trips.
 //
+// Checks of fixed windows (envoyproxy/ratelimit's algorithm, so most
+// checks) have a script of their own, check_fixed.lua, and the fixed-window
+// checks of one round trip travel in one call of it: what Redis spends on a
+// script call and on reading its clock (most of a check's cost) is paid once
+// a batch. On one server, or the primary Sentinel names, a call carries up
+// to 128 checks; on a Cluster or Ring client, whose keys live on several
+// servers, one. A key in a state that script does not read (not a hash, a
+// field that is not an integer) is asked again of the composed check script,
+// whose error says what is wrong. Concurrent checks of one batch are
+// answered in some order, as a pipeline of single checks would be.
+//
 // The scripts need Redis 5 or later (effects replication, which lets a script
 // write after reading TIME); they are tested on Redis 7.
 //

@@ -63,6 +63,18 @@ type Options struct {
 	// round trip in flight can wait up to about twice Timeout; a caller's
 	// context ends its wait sooner.
 	Timeout time.Duration
+	// WaitReplicas, when > 0, makes a check (strict and cached_deny modes)
+	// durable across a Sentinel failover: the round trip carrying it ends
+	// with WAIT WaitReplicas, and a check is answered only once that many
+	// replicas hold it; fewer within WaitTimeout fail it with an error
+	// wrapping ErrNotReplicated (the caller's on_store_error decides).
+	// Leases and returns are not waited for. It needs a client of one
+	// server (plain or Sentinel-managed): New refuses it with a Cluster or
+	// Ring client. Default 0: no WAIT (see wait.go for the cost).
+	WaitReplicas int
+	// WaitTimeout is how long Redis waits for WaitReplicas, rounded up to
+	// the millisecond, at most Timeout; 0 means Timeout/2.
+	WaitTimeout time.Duration
 }
 
 // Upper bounds of Options: the queue holds Pipelines·MaxBatch requests.
@@ -93,8 +105,10 @@ type Store struct {
 	client     redis.UniversalClient
 	prefix     string
 	serverTime bool
+	fuse       bool // one script call per round trip's fixed-window checks (fuse.go)
 	maxBatch   int
 	timeout    time.Duration
+	wait       replicaWait // Options.WaitReplicas (wait.go)
 
 	queue     chan *request
 	closing   chan struct{} // closed by Close: dispatchers stop taking requests
@@ -137,9 +151,12 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		prefix:     opts.Prefix,
 		serverTime: opts.ServerTime,
 		maxBatch:   opts.MaxBatch,
-		timeout:    opts.Timeout,
-		closing:    make(chan struct{}),
-		stopped:    make(chan struct{}),
+		// One server: a script may touch keys of any slot. A Cluster or
+		// Ring client sends each key to its own server.
+		fuse:    isSingle(client),
+		timeout: opts.Timeout,
+		closing: make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
@@ -150,6 +167,11 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
+	wait, err := newReplicaWait(client, opts, s.timeout)
+	if err != nil {
+		return nil, err
+	}
+	s.wait = wait
 	n := opts.Pipelines
 	if n == 0 {
 		n = DefaultPipelines
@@ -161,6 +183,13 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		go d.run()
 	}
 	return s, nil
+}
+
+// isSingle reports whether every key client sends goes to one server (a
+// plain or Sentinel-managed client).
+func isSingle(client redis.UniversalClient) bool {
+	_, ok := client.(*redis.Client)
+	return ok
 }
 
 // Close stops the dispatchers after the round trips in flight, which it waits
@@ -255,6 +284,9 @@ func (s *Store) take(ctx context.Context, o op, key string, rule gale.Rule, min,
 	r.nums[6], r.nums[7], r.narg = min, max, argsOther
 	if o == opCheck {
 		r.narg = argsCheck
+		if rule.Algorithm == gale.FixedWindow {
+			r.op = opCheckFixed
+		}
 	}
 	if err := s.do(ctx, r); err != nil {
 		return gale.Outcome{}, 0, err
