@@ -29,6 +29,7 @@ type serveConfig struct {
 	responseHeaders bool
 	shadow          bool
 	storeTimeout    time.Duration
+	waitReplicas    int // --redis-wait-replicas
 	// storeProbeInterval is how often the background probe asks the store
 	// whether it answers (store_up, /readyz, grpc.health.v1).
 	storeProbeInterval time.Duration
@@ -64,6 +65,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.BoolVar(&c.responseHeaders, "response-headers", false, "add RateLimit-Limit, -Remaining and -Reset headers to responses")
 	fs.BoolVar(&c.shadow, "shadow", false, "global shadow mode: count every rule, enforce none")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 50*time.Millisecond, "longest a request waits for the store (all its limits together) before on_store_error decides")
+	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "strict and cached_deny checks wait (Redis WAIT, up to --store-timeout) until this many replicas hold them, so a Sentinel failover loses no admission a check answered; fewer in time fail the check to on_store_error. 0: no wait. Not with redis+cluster://")
 	fs.DurationVar(&c.storeProbeInterval, "store-probe-interval", time.Second, "how often to ask the store whether it answers (each probe waits at most --store-timeout): drives throttlekit_store_up, /readyz and grpc.health.v1")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.DurationVar(&c.messageTimeout, "extproc-message-timeout", 200*time.Millisecond, "Envoy's ext_proc message_timeout: concurrency gates' queue timeouts must stay below it")
@@ -133,6 +135,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.storeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--store-timeout %v: must be positive", c.storeTimeout))
+	}
+	switch {
+	case c.waitReplicas < 0:
+		errs = append(errs, fmt.Errorf("--redis-wait-replicas %d: must be ≥ 0", c.waitReplicas))
+	case c.waitReplicas > 0 && c.store != "redis":
+		errs = append(errs, fmt.Errorf("--redis-wait-replicas %d: needs --store redis (replicas are Redis's)", c.waitReplicas))
 	}
 	if c.storeProbeInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--store-probe-interval %v: must be positive", c.storeProbeInterval))

@@ -61,6 +61,8 @@ func TestBadFlagsSayWhatToFix(t *testing.T) {
 		{[]string{"--grpc-max-concurrent-streams", "0"}, nil, "--grpc-max-concurrent-streams 0: want 1 to"},
 		{[]string{"--grpc-keepalive-min-time", "0s"}, nil, "--grpc-keepalive-min-time must be positive"},
 		{[]string{"--grpc-max-connection-age", "-1s"}, nil, "--grpc-max-connection-age -1s: must be ≥ 0"},
+		{[]string{"--redis-wait-replicas", "-1"}, nil, "--redis-wait-replicas -1: must be ≥ 0"},
+		{[]string{"--redis-wait-replicas", "1"}, nil, "--redis-wait-replicas 1: needs --store redis"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseServe(tc.args, env(tc.env), &stderr)

@@ -66,7 +66,8 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 			return err
 		}
 		defer client.Close()
-		if rs, err = redisstore.New(client, redisstore.Options{ServerTime: true, Timeout: max(4*c.storeTimeout, 200*time.Millisecond)}); err != nil {
+		if rs, err = redisstore.New(client, redisstore.Options{ServerTime: true, Timeout: max(4*c.storeTimeout, 200*time.Millisecond),
+			WaitReplicas: c.waitReplicas, WaitTimeout: c.storeTimeout}); err != nil {
 			return err
 		}
 		defer rs.Close()
