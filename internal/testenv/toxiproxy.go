@@ -8,6 +8,7 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -78,4 +79,17 @@ func (p *Proxy) add(name, kind, stream, attributes string) {
 	if _, err := p.proxy.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
 		p.tb.Fatalf("testenv: adding toxic %s: %v", js, err)
 	}
+}
+
+// Toxics names the toxics the proxy holds now, as name:type.
+func (p *Proxy) Toxics() []string {
+	var names []string
+	for _, t := range p.proxy.Toxics.GetToxicArray() {
+		if w, ok := t.(*toxics.ToxicWrapper); ok {
+			names = append(names, w.Name+":"+w.Type)
+		} else {
+			names = append(names, fmt.Sprintf("%T", t))
+		}
+	}
+	return names
 }
