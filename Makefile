@@ -95,3 +95,49 @@ bench-extproc:
 fleet-chart:
 	$(GO) test -count=1 -run '^TestE2EFleetGate$$' -v ./test/e2e/ -args -fleet-chart=$(CURDIR)/out/fleet
 	cp out/fleet/fleet-gate.png docs/fleet-gate.png
+
+# Redis Cluster: a real 3-primary cluster (redis-cli --cluster create):
+# every mode as on one Redis, the compat samples, a live reshard under
+# traffic. `make test` runs the same; bench-cluster compares 1 and 3
+# primaries (checks/s and Redis CPU per check).
+.PHONY: cluster bench-cluster
+cluster:
+	$(GO) test -race -count=1 -run 'Cluster|ParseCPU' ./internal/testenv/
+	$(GO) test -race -count=1 -v ./test/cluster/
+	$(GO) test -race -count=1 -run 'TestCompatSamplesOnCluster' ./pkg/engine/
+bench-cluster:
+	$(GO) test -run '^$$' -bench ClusterThroughput -benchtime 5s -count 5 ./test/cluster/
+
+# What a check costs Redis, the resource a fleet shares: Redis CPU per check
+# (INFO CPU) for every algorithm, against envoyproxy/ratelimit's INCRBY +
+# PEXPIRE in the same run, from 1, 16 and 64 callers; benchstat table.
+.PHONY: bench-redis-cpu
+bench-redis-cpu:
+	mkdir -p out
+	$(GO) test -run '^$$' -bench RedisCPUPerCheck -benchtime 20000x -count 6 ./pkg/gale/redisstore/ | tee out/redis-cpu.txt
+	$(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da -col /op out/redis-cpu.txt
+
+# Soak: mixed zipf traffic over 100k keys in every mode, a policy reload
+# every 5 s, a Redis restart every 60 s, a latency spike every 90 s, for
+# SOAK (default 10m); writes out/soak/{soak.md,soak.csv,soak.png}. Not part
+# of `make test`, which runs its 60 s version. No -race: RSS is the signal.
+SOAK ?= 10m
+.PHONY: soak
+soak:
+	$(GO) test -count=1 -timeout 0 -run '^TestE2ESoak$$' -v ./test/e2e/ -args -soak=$(SOAK) -soak-out=$(CURDIR)/out/soak
+
+# Key floods: L1 bytes per key at 1M keys, then a flood of unique keys
+# against a real sidecar (L1 bounded by MaxKeys, evictions return credits,
+# hot keys unaffected).
+.PHONY: flood
+flood:
+	$(GO) test -run '^$$' -bench L1BytesPerKey -benchtime 1x ./pkg/gale/
+	$(GO) test -count=1 -run '^TestE2EKeyFlood$$' -v ./test/e2e/
+
+# Sentinel failover: primary, two replicas, three redis-sentinels; the
+# primary killed mid-window, plain and after a replica-link cut, with and
+# without --redis-wait-replicas. `make test` runs one run of each.
+FAILOVER_RUNS ?= 5
+.PHONY: failover
+failover:
+	$(GO) test -count=1 -run TestFailover -v ./test/failover/ -failover-runs=$(FAILOVER_RUNS)
