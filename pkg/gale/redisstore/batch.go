@@ -84,24 +84,39 @@ func (r *request) command(ctx context.Context, eval bool) redis.Cmder {
 		r.args[0], r.args[1] = "evalsha", sc.sha
 	}
 	if r.op == opReturn {
-		return redis.NewIntCmd(ctx, r.args[:r.narg]...)
+		return onceInt{redis.NewIntCmd(ctx, r.args[:r.narg]...)}
 	}
-	return redis.NewIntSliceCmd(ctx, r.args[:r.narg]...)
+	return onceIntSlice{redis.NewIntSliceCmd(ctx, r.args[:r.narg]...)}
 }
 
 // record copies the result of r.cmd into r.
 func (r *request) record() {
 	switch c := r.cmd.(type) {
-	case *redis.IntSliceCmd:
+	case onceIntSlice:
 		val, err := c.Result()
 		r.err = err
 		r.nreply = len(val)
 		copy(r.reply[:], val)
-	case *redis.IntCmd:
+	case onceInt:
 		r.err = c.Err()
 	}
 	r.cmd = nil
 }
+
+// onceIntSlice and onceInt are the store's commands: go-redis never sends
+// one again. A resend after a lost reply would apply an operation twice,
+// and a Cluster client resends a node's pipeline after a network error,
+// or after a LOADING, CLUSTERDOWN or TRYAGAIN reply to its first command,
+// up to MaxRedirects times whatever its MaxRetries says. MOVED and ASK
+// redirections, which mean the operation did not run, are still followed.
+// (One pointer field: a value converts to redis.Cmder without allocating.)
+type (
+	onceIntSlice struct{ *redis.IntSliceCmd }
+	onceInt      struct{ *redis.IntCmd }
+)
+
+func (onceIntSlice) NoRetry() bool { return true }
+func (onceInt) NoRetry() bool      { return true }
 
 // dispatcher is one of the Store's Pipelines goroutines: it takes a request,
 // drains whatever else is queued (up to MaxBatch) without waiting, and sends

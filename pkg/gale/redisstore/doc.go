@@ -65,7 +65,10 @@
 // The scripts need Redis 5 or later (effects replication, which lets a script
 // write after reading TIME); they are tested on Redis 7.
 //
-// The go-redis client's own retries apply to each pipeline: a retry after a
-// lost reply can apply an operation twice. Set the client's MaxRetries to -1
-// where at-most-once matters more than riding out a dropped connection.
+// No operation is sent twice: every command the store sends refuses
+// go-redis's retries (a resend after a lost reply could apply it twice), on
+// any client — a Cluster client would otherwise resend a node's pipeline
+// after a network error up to MaxRedirects times, whatever its MaxRetries.
+// MOVED and ASK redirections, which say the operation did not run, are
+// followed. A lost reply is an error for the caller, never a second write.
 package redisstore

@@ -58,7 +58,7 @@ func (d *dispatcher) fuse(ctx context.Context, reqs []*request, eval bool, cmds 
 			g.args = append(g.args, &r.nums[1], &r.nums[2], r.args[argNow], &r.nums[6])
 		}
 		g.cmd = redis.NewIntSliceCmd(ctx, g.args...)
-		cmds = append(cmds, g.cmd)
+		cmds = append(cmds, onceIntSlice{g.cmd})
 	}
 	return cmds
 }
