@@ -253,8 +253,29 @@ func (c *Cluster) Client() *redis.ClusterClient {
 		c.tb.Fatalf("testenv: parsing %s: %v", c.URL(), err)
 	}
 	o.MaxRetries, o.DialerRetries = -1, 1
+	o.ContextTimeoutEnabled, o.Protocol = true, 2
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 	cl := redis.NewClusterClient(o)
+	c.tb.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// ClientThrough returns a Cluster client of a one-primary cluster whose
+// every connection goes to addr — a Proxy in front of the primary —
+// whatever address the cluster names, so that faults put on the proxy
+// reach every command. Retries are off (MaxRetries -1; MaxRedirects is the
+// default, 3) and a read waits readTimeout. Closed on cleanup.
+func (c *Cluster) ClientThrough(addr string, readTimeout time.Duration) *redis.ClusterClient {
+	if len(c.Addrs) != 1 {
+		c.tb.Fatalf("testenv: ClientThrough needs a one-primary cluster, not %d", len(c.Addrs))
+	}
+	cl := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: c.Addrs,
+		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+		ReadTimeout: readTimeout, MaxRetries: -1, Protocol: 2,
+	})
 	c.tb.Cleanup(func() { _ = cl.Close() })
 	return cl
 }

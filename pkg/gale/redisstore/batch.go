@@ -118,6 +118,16 @@ type (
 func (onceIntSlice) NoRetry() bool { return true }
 func (onceInt) NoRetry() bool      { return true }
 
+// onceCmd is AtMostOnce's command.
+type onceCmd struct{ *redis.Cmd }
+
+func (onceCmd) NoRetry() bool { return true }
+
+// AtMostOnce returns cmd as a command go-redis never sends again, as the
+// store's own are (see onceIntSlice): process the result, then read cmd. For
+// scripts that must apply once, such as federation's escrow.
+func AtMostOnce(cmd *redis.Cmd) redis.Cmder { return onceCmd{cmd} }
+
 // dispatcher is one of the Store's Pipelines goroutines: it takes a request,
 // drains whatever else is queued (up to MaxBatch) without waiting, and sends
 // them all in one round trip.

@@ -3,13 +3,10 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -24,16 +21,7 @@ import (
 func TestLostReplyIsNotResent(t *testing.T) {
 	cluster := testenv.StartCluster(t, 1)
 	proxy := testenv.StartProxy(t, cluster.Addrs[0])
-	// The client asks the node through the proxy, whatever address the
-	// cluster gives it.
-	client := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: []string{cluster.Addrs[0]},
-		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, proxy.Addr)
-		},
-		ReadTimeout: 2 * time.Second, MaxRetries: -1, // MaxRedirects: the default, 3
-	})
-	t.Cleanup(func() { _ = client.Close() })
+	client := cluster.ClientThrough(proxy.Addr, 2*time.Second)
 	s, err := redisstore.New(client, redisstore.Options{Timeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -199,14 +199,21 @@ func (e *Escrow) now(now time.Time) (any, error) {
 }
 
 // run sends script for key with args by EVALSHA, and by EVAL (which caches
-// it) after a NOSCRIPT, bounded by ctx and the escrow's timeout.
+// it) after a NOSCRIPT, bounded by ctx and the escrow's timeout. Neither is
+// ever sent again by go-redis (redisstore.AtMostOnce): a Refill resent
+// after a lost reply would add its units twice.
 func (e *Escrow) run(ctx context.Context, s *script, op, key string, args ...any) *redis.Cmd {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	keys := []string{e.Key(key)}
-	cmd := e.client.EvalSha(ctx, s.sha, keys, args...)
+	cmdArgs := make([]any, 0, 4+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", s.sha, 1, e.Key(key))
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	_ = e.client.Process(ctx, redisstore.AtMostOnce(cmd))
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = e.client.Eval(ctx, s.src, keys, args...)
+		cmdArgs[0], cmdArgs[1] = "eval", s.src
+		cmd = redis.NewCmd(ctx, cmdArgs...)
+		_ = e.client.Process(ctx, redisstore.AtMostOnce(cmd))
 	}
 	return cmd
 }
