@@ -10,7 +10,12 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
 )
+
+// maxMaxKeys bounds --max-keys: 16M keys, about 8 GB of L1 per rule.
+const maxMaxKeys = 1 << 24
 
 // envPrefix starts the environment twin of every flag: --grpc-addr is also
 // THROTTLEKIT_GRPC_ADDR. A flag on the command line wins over its twin.
@@ -30,6 +35,7 @@ type serveConfig struct {
 	shadow          bool
 	storeTimeout    time.Duration
 	waitReplicas    int // --redis-wait-replicas
+	maxKeys         int // --max-keys
 	// storeProbeInterval is how often the background probe asks the store
 	// whether it answers (store_up, /readyz, grpc.health.v1).
 	storeProbeInterval time.Duration
@@ -66,6 +72,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.BoolVar(&c.shadow, "shadow", false, "global shadow mode: count every rule, enforce none")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 50*time.Millisecond, "longest a request waits for the store (all its limits together) before on_store_error decides")
 	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "strict and cached_deny checks wait (Redis WAIT, up to --store-timeout) until this many replicas hold them, so a Sentinel failover loses no admission a check answered; fewer in time fail the check to on_store_error. 0: no wait. Not with redis+cluster://")
+	fs.IntVar(&c.maxKeys, "max-keys", gale.DefaultMaxKeys, "most keys each rule keeps in this process (cached denials, leased credits): past it the least recently used key is evicted and its unused credits go back to the store; about 500 bytes a key")
 	fs.DurationVar(&c.storeProbeInterval, "store-probe-interval", time.Second, "how often to ask the store whether it answers (each probe waits at most --store-timeout): drives throttlekit_store_up, /readyz and grpc.health.v1")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.DurationVar(&c.messageTimeout, "extproc-message-timeout", 200*time.Millisecond, "Envoy's ext_proc message_timeout: concurrency gates' queue timeouts must stay below it")
@@ -141,6 +148,9 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--redis-wait-replicas %d: must be ≥ 0", c.waitReplicas))
 	case c.waitReplicas > 0 && c.store != "redis":
 		errs = append(errs, fmt.Errorf("--redis-wait-replicas %d: needs --store redis (replicas are Redis's)", c.waitReplicas))
+	}
+	if c.maxKeys < 1 || c.maxKeys > maxMaxKeys {
+		errs = append(errs, fmt.Errorf("--max-keys %d: want 1 to %d", c.maxKeys, maxMaxKeys))
 	}
 	if c.storeProbeInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--store-probe-interval %v: must be positive", c.storeProbeInterval))

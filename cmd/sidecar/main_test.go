@@ -63,6 +63,7 @@ func TestBadFlagsSayWhatToFix(t *testing.T) {
 		{[]string{"--grpc-max-connection-age", "-1s"}, nil, "--grpc-max-connection-age -1s: must be ≥ 0"},
 		{[]string{"--redis-wait-replicas", "-1"}, nil, "--redis-wait-replicas -1: must be ≥ 0"},
 		{[]string{"--redis-wait-replicas", "1"}, nil, "--redis-wait-replicas 1: needs --store redis"},
+		{[]string{"--max-keys", "0"}, nil, "--max-keys 0: want 1 to 16777216"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseServe(tc.args, env(tc.env), &stderr)

@@ -98,7 +98,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer fleet.close()
-	eopts := engine.Options{Store: engStore, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout,
+	eopts := engine.Options{Store: engStore, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout, MaxKeys: c.maxKeys,
 		Distributed: fleet.node}
 	if fed != nil {
 		defer fed.close()
