@@ -349,13 +349,22 @@ func (l *Limiter) Close(ctx context.Context) error {
 	if l.l1 == nil || l.mode != Leased {
 		return nil
 	}
-	var errs []error
+	// One error for them all, naming the first: a store that is down fails
+	// every key, and a line per key would be thousands of them.
+	var first error
+	var keys, credits int64
 	for _, r := range l.l1.drain(l, func(*entry) bool { return true }, l.clock.Now()) {
 		if err := l.store.Return(ctx, r.key, l.rule, r.Credits, r.WindowEnd, r.At); err != nil {
-			errs = append(errs, fmt.Errorf("gale: returning %d credits of %q: %w", r.Credits, r.key, err))
+			if first == nil {
+				first = fmt.Errorf("%d credits of %q: %w", r.Credits, r.key, err)
+			}
+			keys, credits = keys+1, credits+r.Credits
 			continue
 		}
 		l.counters.creditsReturned.Add(r.Credits)
 	}
-	return errors.Join(errs...)
+	if first != nil {
+		return fmt.Errorf("gale: returning leased credits of %d keys (%d credits) failed; the store counts them until their windows or leases end; first: %w", keys, credits, first)
+	}
+	return nil
 }

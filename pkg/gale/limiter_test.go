@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -423,5 +424,35 @@ func TestCheckBytesKeepsNoReference(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _, _ = l.CheckBytes(bg, buf, 1, start) }); n != 0 {
 		t.Fatalf("a leased CheckBytes on a held key allocates %v times, want 0", n)
+	}
+}
+
+// TestCloseWithTheStoreDownSaysSoOnce: Close returns every key's credits;
+// with the store down it tries each and answers one error counting them,
+// naming the first and wrapping its cause — not an error per key, which a
+// reload during an outage turned into one log line of thousands of keys.
+func TestCloseWithTheStoreDownSaysSoOnce(t *testing.T) {
+	s := &countingStore{Store: memstore.New()}
+	l, err := gale.New(s, gale.Config{Rule: perMinute(100), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now() // Close drains by the limiter's clock, the real one
+	const keys = 50
+	for k := range keys {
+		mustCheck(t, l, fmt.Sprint("key-", k), 1, now)
+	}
+	settle(t, l)
+	s.failing.Store(true)
+	err = l.Close(bg)
+	if !errors.Is(err, errDown) {
+		t.Fatalf("Close: %v, want it to wrap the store's error", err)
+	}
+	if got := s.returns.Load(); got != keys {
+		t.Errorf("%d returns tried, want one per key (%d)", got, keys)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, fmt.Sprintf("of %d keys", keys)) || strings.Count(msg, "key-") != 1 || len(msg) > 300 {
+		t.Fatalf("Close: %q, want one line counting %d keys and naming one", msg, keys)
 	}
 }
