@@ -13,7 +13,7 @@ var (
 	descFedLeased = prometheus.NewDesc("throttlekit_federation_leased_units_total",
 		"Units the cross-region coordinator granted this process's region.", []string{"domain", "rule"}, nil)
 	descFedEscrow = prometheus.NewDesc("throttlekit_federation_escrow_units_total",
-		"Units through the region's escrow (L2), by op: taken by this process, refilled by it (a lease's surplus, units given back), released (a dead balance's leftover captured for reconcile).",
+		"Units through the region's escrow (L2), by op: taken by this process, refilled by it (a lease's surplus, units given back), released (a dead balance's leftover captured for reconcile), unknown (a refill that failed and may have landed: never given back to the coordinator, so in the escrow or lost to its window).",
 		[]string{"domain", "rule", "op"}, nil)
 	descFedBalance = prometheus.NewDesc("throttlekit_federation_escrow_balance",
 		"The region's escrow balance this process last saw (of the key it last took from).", []string{"domain", "rule"}, nil)
@@ -56,6 +56,7 @@ func (c federationCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFedEscrow, s.EscrowTaken, dom, name, "taken")
 		counter(descFedEscrow, s.Refilled, dom, name, "refilled")
 		counter(descFedEscrow, s.Released, dom, name, "released")
+		counter(descFedEscrow, s.RefillUnknown, dom, name, "unknown")
 		ch <- prometheus.MustNewConstMetric(descFedBalance, prometheus.GaugeValue, float64(s.Balance), dom, name)
 		counter(descFedReconciles, s.ReconcileApplied, dom, name, "applied")
 		counter(descFedReconciles, s.ReconcileDuplicate, dom, name, "duplicate")

@@ -254,12 +254,17 @@ func heldGrant(rule gale.Rule, h Held) gale.Grant {
 }
 
 // refill puts a coordinator grant's surplus into the escrow; what the
-// escrow will not take (a later window's balance lives there) goes back.
+// escrow answers it will not take (a later window's balance lives there)
+// goes back. A refill that fails may have landed all the same (its reply
+// lost, or late past the deadline): its units are not given back, or the
+// window could admit them twice, from the escrow and regranted. They are
+// lost to the window instead — under-admission, never over.
 func (r *Region) refill(ctx context.Context, key string, rule gale.Rule, n int64, g gale.Grant, now time.Time) {
 	w := Window{End: g.WindowEnd, TTL: g.WindowEnd.Sub(g.Now)}
 	added, err := r.cfg.Escrow.Refill(ctx, key, n, w, now)
 	if err != nil {
-		added = 0
+		r.stats.refillUnknown.Add(n)
+		return
 	}
 	r.stats.refilled.Add(added)
 	if added < n {
@@ -295,7 +300,11 @@ func (r *Region) Return(ctx context.Context, key string, rule gale.Rule, credits
 	}
 	if e := r.cfg.Escrow; e != nil {
 		added, err := e.Refill(ctx, key, credits, Window{End: windowEnd}, now)
-		if err == nil && added == credits {
+		switch {
+		case err != nil: // it may have landed: see refill
+			r.stats.refillUnknown.Add(credits)
+			return nil
+		case added == credits:
 			r.stats.refilled.Add(added)
 			return nil
 		}

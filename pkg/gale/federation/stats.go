@@ -10,7 +10,10 @@ type Stats struct {
 	Leases, Denied, Partial, Leased, LeaseErrors int64
 	// EscrowTaken is the units processes took from the escrow, Refilled the
 	// units put into it, Released the dead balances' units captured.
-	EscrowTaken, Refilled, Released int64
+	// RefillUnknown is the units of refills that failed and may have landed
+	// (a reply lost or late): never given back to the coordinator, they are
+	// in the escrow or lost to their window.
+	EscrowTaken, Refilled, Released, RefillUnknown int64
 	// Balance is the escrow balance the last take left (of the key it
 	// took from).
 	Balance int64
@@ -31,7 +34,7 @@ type Stats struct {
 // count never goes back; the zero value is ready. Safe for concurrent use.
 type Counters struct {
 	leases, denied, partial, leased, leaseErrors                                           atomic.Int64
-	escrowTaken, refilled, released, balance                                               atomic.Int64
+	escrowTaken, refilled, released, refillUnknown, balance                                atomic.Int64
 	reconcileApplied, reconcileDuplicate, reconcileExpired, reconcileFailed, reconcileLost atomic.Int64
 	regional, outages                                                                      atomic.Int64
 }
@@ -47,7 +50,8 @@ func (r *Region) Stats() Stats {
 func (c *Counters) Snapshot() Stats {
 	return Stats{
 		Leases: c.leases.Load(), Denied: c.denied.Load(), Partial: c.partial.Load(), Leased: c.leased.Load(), LeaseErrors: c.leaseErrors.Load(),
-		EscrowTaken: c.escrowTaken.Load(), Refilled: c.refilled.Load(), Released: c.released.Load(), Balance: c.balance.Load(),
+		EscrowTaken: c.escrowTaken.Load(), Refilled: c.refilled.Load(), Released: c.released.Load(), RefillUnknown: c.refillUnknown.Load(),
+		Balance:          c.balance.Load(),
 		ReconcileApplied: c.reconcileApplied.Load(), ReconcileDuplicate: c.reconcileDuplicate.Load(), ReconcileExpired: c.reconcileExpired.Load(),
 		ReconcileFailed: c.reconcileFailed.Load(), ReconcileLost: c.reconcileLost.Load(),
 		Regional: c.regional.Load(), Outages: c.outages.Load(),
