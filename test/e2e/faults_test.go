@@ -151,10 +151,12 @@ func TestE2EFaults(t *testing.T) {
 	proxy := testenv.StartProxy(t, r.Addr)
 	// The region's escrow (--redis-url) and the federation's coordinator
 	// share the server behind the proxy (their keys apart by prefix): a
-	// fault cuts a federated rule off from both.
+	// fault cuts a federated rule off from both. A federated lease may take
+	// three round trips (escrow, coordinator, refill): its timeout is three
+	// store timeouts, and answers stay within answerBound.
 	behind := "redis://" + proxy.Addr + "/0"
 	s := startSidecar(t, options{store: "redis", redisURL: behind,
-		args:  []string{"--region", "faults", "--federation-url", behind, "--federation-timeout", storeTimeout.String()},
+		args:  []string{"--region", "faults", "--federation-url", behind, "--federation-timeout", (3 * storeTimeout).String()},
 		files: map[string]string{"faults.yaml": faultPolicy()}})
 
 	call := func(rule, value string) (*rlsv3.RateLimitResponse, error, time.Duration) {
