@@ -194,17 +194,5 @@ func copyExamplePolicies(t *testing.T, dir string) {
 // *.yaml, so no load can read it half written) renamed over the old one.
 func writePolicy(t *testing.T, dir, content string) {
 	t.Helper()
-	f, err := os.CreateTemp(dir, ".e2e-*.tmp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString(content); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(f.Name(), filepath.Join(dir, "e2e.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	writeFileAtomic(t, dir, "e2e.yaml", content)
 }

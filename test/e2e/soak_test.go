@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -68,24 +66,6 @@ func soakPolicy(leasedLimit int) string {
 		}
 	}
 	return b.String()
-}
-
-// writePolicyFile replaces dir/name atomically, as writePolicy does e2e.yaml.
-func writePolicyFile(t *testing.T, dir, name, content string) {
-	t.Helper()
-	f, err := os.CreateTemp(dir, ".soak-*.tmp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString(content); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(f.Name(), filepath.Join(dir, name)); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // soakEvent is one fault of the schedule, at an offset from the start.
@@ -256,7 +236,7 @@ func TestE2ESoak(t *testing.T) {
 			events = append(events, ev.kind)
 		}
 		if now >= time.Duration(len(reloads)+1)*soakReloadEvery && now < d {
-			writePolicyFile(t, s.policyDir, "soak.yaml", soakPolicy(soakLimit+1+len(reloads)%2))
+			writeFileAtomic(t, s.policyDir, "soak.yaml", soakPolicy(soakLimit+1+len(reloads)%2))
 			reloads = append(reloads, time.Since(begin))
 			events = append(events, "reload")
 		}
