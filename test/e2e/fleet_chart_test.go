@@ -46,15 +46,20 @@ func writeFleetChart(dir string, runs []*fleetRun) error {
 		}
 		plots = append(plots, []*plot.Plot{p})
 	}
+	return writeStackedPNG(filepath.Join(dir, "fleet-gate.png"), plots)
+}
+
+// writeStackedPNG draws plots (one column) one above the other, aligned,
+// into a PNG at path.
+func writeStackedPNG(path string, plots [][]*plot.Plot) error {
 	const w, rowH = 11 * vg.Inch, 2.6 * vg.Inch
 	img := vgimg.NewWith(vgimg.UseWH(w, rowH*vg.Length(len(plots))), vgimg.UseDPI(100))
-	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4)}
-	canvases := plot.Align(plots, tiles, dc)
+	canvases := plot.Align(plots, tiles, draw.New(img))
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])
 	}
-	f, err := os.Create(filepath.Join(dir, "fleet-gate.png"))
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // soakSample is one second of a soak: the process as /proc and /metrics
@@ -208,23 +206,7 @@ func writeSoakReport(dir string, samples []soakSample, faults []soakFault, table
 	if err != nil {
 		return err
 	}
-	plots := [][]*plot.Plot{{memory}, {routines}, {traffic}}
-	const w, rowH = 11 * vg.Inch, 2.6 * vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(w, rowH*vg.Length(len(plots))), vgimg.UseDPI(100))
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4)}
-	canvases := plot.Align(plots, tiles, draw.New(img))
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
-	}
-	f, err := os.Create(filepath.Join(dir, "soak.png"))
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeStackedPNG(filepath.Join(dir, "soak.png"), [][]*plot.Plot{{memory}, {routines}, {traffic}})
 }
 
 func writeSoakCSV(path string, samples []soakSample) error {
