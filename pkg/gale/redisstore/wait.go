@@ -24,17 +24,18 @@ import (
 // before the caller hears of it, and survives the primary's death.
 //
 // Cost, measured by BenchmarkWaitReplicas (GOMAXPROCS=2, redis-server 7.0
-// primary and replica and three sentinels on the same two loaded cores,
-// sliding-window check, ServerTime; median of 5 runs of 2 s): one more
-// primary→replica round trip per pipeline, shared by the pipeline's checks.
+// primary and replica on the same two loaded cores, sliding-window check,
+// ServerTime; median of 5 runs of 2 s):
 //
-//	callers  WAIT  ns/check   primary CPU µs/check
-//	1        no    120,400    58.0
-//	1        1     239,700    69.8
-//	16       no     32,000    21.1
-//	16       1      41,200    26.2
+//	callers  WAIT   latency/check   Redis CPU/check (primary)
+//	1        no     120.4µs         58.0µs
+//	1        1      239.7µs         69.8µs
+//	16       no      32.0µs         21.1µs
+//	16       1       41.2µs         26.2µs
 //
-// On a network the latency added is the primary–replica round trip.
+// A lone caller pays one primary→replica round trip more; under load the
+// WAIT is shared by the round trip's checks.
+
 // ErrNotReplicated is wrapped by the error a check returns when fewer
 // replicas than Options.WaitReplicas acknowledged it within WaitTimeout.
 var ErrNotReplicated = errors.New("redisstore: check not acknowledged by enough replicas")
