@@ -2,8 +2,11 @@
 // tests check that the alert rules are valid, that each alert fires on a
 // series that shows its problem and stays silent on a healthy one (promtool's
 // unit tests in alerts_test.yaml), and that the docker-compose Prometheus
-// loads them. cmd/sidecar's tests check that the rules name only metrics the
-// binary exports.
+// loads them; that the Kubernetes manifests decode strictly and agree with
+// the binary (kubernetes_*_test.go); and that the Grafana dashboard's queries
+// run against a real Prometheus scraping a real sidecar (grafana_*_test.go).
+// cmd/sidecar's tests check that the rules name only metrics the binary
+// exports.
 package deploy
 
 import (

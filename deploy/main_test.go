@@ -1,0 +1,159 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// buildDir holds the binaries the tests build; TestMain removes it.
+var buildDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "throttlekit-deploy-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deploy: temp dir for the binary:", err)
+		os.Exit(1)
+	}
+	buildDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// throttlekitBinary builds cmd/sidecar (once per test binary) and returns
+// its path. Only the tests that run it pay for the build.
+func throttlekitBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binPath = filepath.Join(buildDir, "throttlekit")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/sidecar")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/sidecar: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// usageFlag is a flag's line in the flag package's usage: "  -name type".
+var usageFlag = regexp.MustCompile(`(?m)^  -([a-z0-9][a-z0-9-]*)`)
+
+// serveFlags returns the flag names `throttlekit serve -h` lists.
+func serveFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	out, err := exec.Command(throttlekitBinary(t), "serve", "-h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("throttlekit serve -h: %v\n%s", err, out)
+	}
+	flags := map[string]bool{}
+	for _, m := range usageFlag.FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if !flags["grpc-addr"] || !flags["http-addr"] || !flags["policy"] {
+		t.Fatalf("throttlekit serve -h lists %d flags, not --grpc-addr, --http-addr and --policy: is the usage format new?\n%s", len(flags), out)
+	}
+	return flags
+}
+
+// envFlag returns the flag a THROTTLEKIT_* variable is the twin of
+// (THROTTLEKIT_GRPC_ADDR → grpc-addr), or "" for any other name.
+func envFlag(name string) string {
+	rest, ok := strings.CutPrefix(name, "THROTTLEKIT_")
+	if !ok {
+		return ""
+	}
+	return strings.ToLower(strings.ReplaceAll(rest, "_", "-"))
+}
+
+// served is a running `throttlekit serve`.
+type served struct {
+	grpcAddr, httpAddr string
+	out                *syncBuffer
+}
+
+// startServe starts `throttlekit serve` with exactly env and args, waits for
+// its "serving" log line (the process must log JSON) and returns the
+// addresses it bound. Cleanup kills it; a failed test logs its output.
+func startServe(t *testing.T, env []string, args ...string) *served {
+	t.Helper()
+	s := &served{out: &syncBuffer{}}
+	cmd := exec.Command(throttlekitBinary(t), append([]string{"serve"}, args...)...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("throttlekit serve %v (env %v) output:\n%s", args, env, s.out.String())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if g, h, ok := servingLine(s.out.String()); ok {
+			s.grpcAddr, s.httpAddr = g, h
+			return s
+		}
+		select {
+		case <-exited:
+			t.Fatalf("throttlekit serve exited before serving:\n%s", s.out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("throttlekit serve logged no JSON \"serving\" line within 20s:\n%s", s.out.String())
+		}
+	}
+}
+
+// servingLine finds the JSON "serving" line in a process's output.
+func servingLine(out string) (grpcAddr, httpAddr string, ok bool) {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var l struct{ Msg, GRPC, HTTP string }
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "serving" {
+			return l.GRPC, l.HTTP, true
+		}
+	}
+	return "", "", false
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
