@@ -53,6 +53,19 @@ type serveConfig struct {
 	postgresURL string
 	// grpc are the gRPC server's limits (grpcserver.go).
 	grpc grpcLimits
+	// tls is TLS on the listeners (tls.go); zero: plaintext.
+	tls listenerTLS
+	// xds, when its url is set, takes the policy from an xDS management
+	// server instead of policyDir (xdsflags.go).
+	xds xdsConfig
+	// healthcheckPolicy and healthcheckStore: what /healthcheck, upstream's
+	// health check, requires besides not shutting down (upstream_health.go).
+	healthcheckPolicy, healthcheckStore bool
+	// upstreamDefaults applies envoyproxy/ratelimit's defaults even when
+	// none of its variables is set; upstream is what serve took from them
+	// (upstream_env.go), for the start log.
+	upstreamDefaults bool
+	upstream         *upstreamEnv
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveConfig, error) {
@@ -83,8 +96,14 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.StringVar(&c.postgresURL, "postgres-url", "", "the PostgreSQL where distributed concurrency gates with coordinator: postgres meet (postgres://user@host:5432/db; the password is never logged)")
 	fs.DurationVar(&c.federationProbe, "federation-probe-after", time.Second, "after a failed lease, how long federated rules leave the coordinator alone (answering by their outage mode) before asking it again")
 	c.grpc.define(fs)
+	c.tls.define(fs)
+	c.xds.define(fs)
+	fs.BoolVar(&c.healthcheckPolicy, "healthcheck-needs-policy", false, "/healthcheck (envoyproxy/ratelimit's health check) fails until a policy is loaded")
+	fs.BoolVar(&c.healthcheckStore, "healthcheck-needs-store", false, "/healthcheck fails while the store does not answer (a liveness probe on it then restarts replicas in a store outage)")
+	fs.BoolVar(&c.upstreamDefaults, "upstream-defaults", false, "take envoyproxy/ratelimit's defaults (listen on all interfaces, policy in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config) even when none of its variables is set; on when the binary runs as `ratelimit`")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: throttlekit serve [flags]\n\nEvery flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n\n", envPrefix)
+		fmt.Fprintf(stderr, "usage: throttlekit serve [flags]\n\nEvery flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n"+
+			"Unset, envoyproxy/ratelimit's variable decides (GRPC_PORT, ...), then %sGRPC_ADDR, a default only.\n\n", envPrefix, envDefaultPrefix)
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil { // one-line errors, durations with an example (flags.go)
@@ -96,6 +115,19 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	if err := applyEnv(fs, getenv); err != nil {
 		return nil, err
 	}
+	// envoyproxy/ratelimit's variables, for the flags still not given
+	// (upstream_env.go).
+	up, err := readUpstream(getenv, c.upstreamDefaults)
+	if err == nil {
+		err = up.apply(fs)
+	}
+	if err == nil {
+		err = applyEnvDefaults(fs, getenv) // below both: the image's defaults
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.upstream = up
 	return c, c.validate()
 }
 
@@ -180,6 +212,12 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, errors.New("--federation-timeout and --federation-probe-after must be positive"))
 	}
 	if err := c.grpc.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.tls.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.xds.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.drainTimeout <= 0 || c.reloadDebounce < 0 {

@@ -23,7 +23,7 @@ import (
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	os.Exit(run(context.Background(), commandLine(os.Args), os.Getenv, os.Stdout, os.Stderr)) // as `ratelimit`: upstream.go
 }
 
 // Exit codes. A probe that gets an answer of OVER_LIMIT or a gate's

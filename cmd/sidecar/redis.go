@@ -137,11 +137,17 @@ func defaultTimeouts(dial, read, write *time.Duration, d, io time.Duration) {
 	}
 }
 
-// Redact returns a URL with its password replaced, for logs and errors.
+// Redact returns a URL with its password replaced, for logs and errors:
+// the user information's, and a password= parameter's (a Sentinel-managed
+// primary's password).
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
+	}
+	if q := u.Query(); q.Get("password") != "" {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
@@ -149,13 +155,20 @@ func Redact(raw string) string {
 // redactErr keeps a parse error from echoing a password.
 func redactErr(err error, raw string) error {
 	u, perr := url.Parse(raw)
-	if perr != nil || u.User == nil {
+	if perr != nil {
 		return err
 	}
+	msg := err.Error()
 	if pw, ok := u.User.Password(); ok && pw != "" {
-		return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
 	}
-	return err
+	if pw := u.Query().Get("password"); pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return fmt.Errorf("%s", msg)
 }
 
 // slogRedis routes go-redis's own log lines (dial failures and the like)

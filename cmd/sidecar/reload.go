@@ -6,18 +6,18 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/policy"
+	"github.com/throttlekit/throttlekit/pkg/source"
 )
 
-// reloader loads the policy directory into the engine, now and whenever the
-// directory changes. A set that fails to load (an empty one included: the
-// only file deleted, say) is logged error by error, counted, and leaves the
-// policy in use untouched.
+// reloader swaps policy sets into the engine, from whichever source serve
+// wires (the policy directory, or an xDS server), counting and logging
+// each: a set that fails to load or that the engine refuses (an empty one
+// included: the only file deleted, say) is logged error by error, counted,
+// and leaves the policy in use untouched.
 type reloader struct {
-	dir      string
+	dir      string // the policy directory, for the directory source and logs
 	engine   *engine.Engine
 	metrics  *metrics
 	log      *slog.Logger
@@ -27,39 +27,30 @@ type reloader struct {
 
 // load reads and swaps in the directory's policy.
 func (r *reloader) load(ctx context.Context) error {
-	set, err := policy.Load(r.dir) // an empty set is an error: policy.ErrEmpty
+	set, err := r.dirSource().Load() // an empty set is an error: policy.ErrEmpty
 	if err == nil {
-		if set.Hash == r.engine.Policy().Hash {
-			return nil // unchanged: keep every limiter and gate as it is
-		}
-		err = r.engine.Load(ctx, set)
+		err = r.apply(ctx, set)
 	}
 	if err != nil {
-		r.metrics.reloads.WithLabelValues("failure").Inc()
-		kept := ": keeping the previous policy"
-		if r.engine.Policy().Hash == "" {
-			kept = "" // the first load: there is no previous policy
-		}
-		var perrs policy.Errors
-		if errors.As(err, &perrs) {
-			for _, pe := range perrs {
-				attrs := []any{"at", pe.Pos.String()}
-				if pe.Field != "" {
-					attrs = append(attrs, "field", pe.Field)
-				}
-				attrs = append(attrs, "error", pe.Msg)
-				if pe.Snippet != "" {
-					attrs = append(attrs, "source", pe.Snippet)
-				}
-				r.log.Error("policy error"+kept, attrs...)
-			}
-		} else {
-			r.log.Error("policy not loaded"+kept, "dir", r.dir, "error", err)
-		}
+		r.reject(err)
+	}
+	return err
+}
+
+// apply swaps set in (a source.Apply); the caller reports an error.
+func (r *reloader) apply(ctx context.Context, set *policy.Set) error {
+	if set.Hash == r.engine.Policy().Hash {
+		return nil // unchanged: keep every limiter and gate as it is
+	}
+	if err := r.engine.Load(ctx, set); err != nil {
 		return err
 	}
 	r.metrics.policyLoaded(set.Hash)
-	r.log.Info("policy loaded", "dir", r.dir, "domains", len(set.Domains), "gates", len(set.Gates), "hash", set.Hash)
+	from := []any{"dir", r.dir}
+	if set.Dir == "" && len(set.Files) > 0 {
+		from = []any{"from", set.Files[0].File} // pushed (xDS): files are named after their resources
+	}
+	r.log.Info("policy loaded", append(from, "domains", len(set.Domains), "gates", len(set.Gates), "hash", set.Hash)...)
 	select {
 	case r.loaded <- set.Hash:
 	default:
@@ -67,44 +58,39 @@ func (r *reloader) load(ctx context.Context) error {
 	return nil
 }
 
-// watch reloads on every change under the directory until ctx ends. It
-// watches the directory itself, so editors' atomic renames and Kubernetes
-// ConfigMap updates (a new ..data symlink swapped in) are both seen; bursts
-// of events are folded into one load after the debounce.
-func (r *reloader) watch(ctx context.Context) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return err
+// reject counts and logs a set that was not swapped in (source.Dir's and
+// source.XDS's OnReject).
+func (r *reloader) reject(err error) {
+	r.metrics.reloads.WithLabelValues("failure").Inc()
+	kept := ": keeping the previous policy"
+	if r.engine.Policy().Hash == "" {
+		kept = "" // the first load: there is no previous policy
 	}
-	defer w.Close()
-	if err := w.Add(r.dir); err != nil {
-		return err
-	}
-	var timer *time.Timer
-	var fire <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
+	var perrs policy.Errors
+	if errors.As(err, &perrs) {
+		for _, pe := range perrs {
+			attrs := []any{"at", pe.Pos.String()}
+			if pe.Field != "" {
+				attrs = append(attrs, "field", pe.Field)
 			}
-			r.log.Debug("policy directory changed", "event", ev.String())
-			if timer == nil {
-				timer = time.NewTimer(r.debounce)
-			} else {
-				timer.Reset(r.debounce)
+			attrs = append(attrs, "error", pe.Msg)
+			if pe.Snippet != "" {
+				attrs = append(attrs, "source", pe.Snippet)
 			}
-			fire = timer.C
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			r.log.Warn("watching the policy directory", "error", err)
-		case <-fire:
-			fire = nil
-			_ = r.load(ctx)
+			r.log.Error("policy error"+kept, attrs...)
 		}
+		return
 	}
+	r.log.Error("policy not loaded"+kept, "dir", r.dir, "error", err)
+}
+
+// dirSource is the policy directory as a source.
+func (r *reloader) dirSource() *source.Dir {
+	return &source.Dir{Path: r.dir, Debounce: r.debounce, Logger: r.log, OnReject: r.reject}
+}
+
+// watch reloads on every change under the directory until ctx ends
+// (source.Dir).
+func (r *reloader) watch(ctx context.Context) error {
+	return r.dirSource().Run(ctx, r.apply)
 }

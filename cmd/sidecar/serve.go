@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -25,6 +27,7 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+	"github.com/throttlekit/throttlekit/pkg/source"
 )
 
 func parseLevel(s string) (slog.Level, error) {
@@ -51,6 +54,7 @@ func newLogger(c *serveConfig, w io.Writer) *slog.Logger {
 // a clean drain.
 func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	log := newLogger(c, stderr)
+	c.upstream.log(log) // which envoyproxy/ratelimit variables it took (upstream_env.go)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -136,10 +140,27 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		probe.record(answer)
 	}
 	rl := &reloader{dir: c.policyDir, engine: eng, metrics: m, log: log, debounce: c.reloadDebounce, loaded: make(chan string, 1)}
-	if err := rl.load(ctx); err != nil {
+	var xds *source.XDS // the policy comes from an xDS server, or the directory (xdsserve.go)
+	if c.xds.enabled() {
+		if xds, err = newXDSSource(c, m, log); err != nil {
+			return err
+		}
+		if c.xds.forceStart {
+			if err := startWithoutPolicy(ctx, eng); err != nil {
+				return err
+			}
+		}
+	} else if err := rl.load(ctx); err != nil {
 		return fmt.Errorf("no valid policy in %s; fix the errors above (`throttlekit validate %s` lists them)", c.policyDir, c.policyDir)
 	}
 
+	var certs *certSource // TLS on the listeners (tls.go)
+	if c.tls.enabled() {
+		if certs, err = newCertSource(c.tls, log); err != nil {
+			return err
+		}
+		log.Info("gRPC over TLS", "cert", c.tls.certFile, "client_ca", c.tls.clientCAFile, "client_san", c.tls.clientSAN, "http_too", c.tls.httpToo)
+	}
 	grpcLis, err := net.Listen("tcp", c.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("--grpc-addr %s: %w", c.grpcAddr, err)
@@ -151,6 +172,12 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}
 	rls := envoyrls.NewRateLimitServer(eng, envoyrls.Options{Headers: c.responseHeaders})
 	opts := append(m.serverOptions(log.Error), c.grpc.options()...)
+	if certs != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(certs.grpcConfig())))
+		if c.tls.httpToo {
+			httpLis = tls.NewListener(httpLis, certs.httpConfig())
+		}
+	}
 	// After the metrics interceptor: shed calls are counted by code.
 	opts = append(opts, grpc.ChainUnaryInterceptor(newShedder(c.grpc.maxInflight, m.reg).interceptor()))
 	gs := grpc.NewServer(opts...)
@@ -159,7 +186,10 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	httpSrv := &http.Server{Handler: newHTTPMux(eng, rls, m, probe.ready, c.storeTimeout), ReadHeaderTimeout: 5 * time.Second}
+	mux := newHTTPMux(eng, rls, m, probe.ready, c.storeTimeout)
+	healthcheck := newUpstreamHealth(c, func() bool { return eng.Policy().Hash != "" }, probe.ready)
+	mux.Handle("GET /healthcheck", healthcheck) // envoyproxy/ratelimit's (upstream_health.go)
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	errc := make(chan error, 3)
 	go func() { errc <- gs.Serve(grpcLis) }()
@@ -173,8 +203,15 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if ping != nil {
 		go probe.run(watchCtx, c.storeProbeInterval)
 	}
+	// Where policy sets come from (pkg/source): the directory, or an xDS
+	// server (not ready until its first push, unless
+	// --force-start-without-policy).
+	var src source.Source = rl.dirSource()
+	if xds != nil {
+		src = xds
+	}
 	go func() {
-		if err := rl.watch(watchCtx); err != nil {
+		if err := src.Run(watchCtx, rl.apply); err != nil {
 			log.Error("policy watcher stopped: changes will not be reloaded", "dir", c.policyDir, "error", err)
 		}
 	}()
@@ -189,6 +226,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}
 	stopWatch()
 	hs.Shutdown()
+	healthcheck.stopping.Store(true)
 	drained := make(chan struct{})
 	go func() { gs.GracefulStop(); close(drained) }()
 	select {

@@ -122,6 +122,17 @@ func runCompatSamples(t *testing.T, start time.Time, newOptions func(t *testing.
 }
 
 func runCompat(t *testing.T, dir string, start time.Time, opts engine.Options) {
+	files := compatPolicyFiles(dir)
+	set, err := policy.LoadFiles(files...)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	runCompatSet(t, dir, set, start, opts)
+}
+
+// compatPolicyFiles are the policy files of the sample in dir: every
+// *.yaml and *.yml but expect.yaml.
+func compatPolicyFiles(dir string) []string {
 	var files []string
 	for _, pat := range []string{"*.yaml", "*.yml"} {
 		m, _ := filepath.Glob(filepath.Join(dir, pat))
@@ -131,10 +142,12 @@ func runCompat(t *testing.T, dir string, start time.Time, opts engine.Options) {
 			}
 		}
 	}
-	set, err := policy.LoadFiles(files...)
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
+	return files
+}
+
+// runCompatSet replays the expectations of the sample in dir against an
+// engine built with opts running set, however the set was delivered.
+func runCompatSet(t *testing.T, dir string, set *policy.Set, start time.Time, opts engine.Options) {
 	raw, err := os.ReadFile(filepath.Join(dir, "expect.yaml"))
 	if err != nil {
 		t.Fatal(err)

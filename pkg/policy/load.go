@@ -98,10 +98,6 @@ func LoadFiles(paths ...string) (*Set, error) {
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("%w: no file given", ErrEmpty)
 	}
-	type file struct {
-		path, base string
-		data       []byte
-	}
 	files := make([]file, 0, len(paths))
 	var errs Errors
 	for _, p := range paths {
@@ -112,6 +108,19 @@ func LoadFiles(paths ...string) (*Set, error) {
 		}
 		files = append(files, file{path: p, base: filepath.Base(p), data: data})
 	}
+	return assemble(files, errs)
+}
+
+// file is one policy file's contents: path names it in errors and
+// Domain.File, base orders the set and enters its Hash.
+type file struct {
+	path, base string
+	data       []byte
+}
+
+// assemble parses files into a Set with Load's cross-file checks, adding
+// errs (problems met while reading) to the Errors it returns.
+func assemble(files []file, errs Errors) (*Set, error) {
 	slices.SortStableFunc(files, func(a, b file) int {
 		return cmp.Or(cmp.Compare(a.base, b.base), cmp.Compare(a.path, b.path))
 	})

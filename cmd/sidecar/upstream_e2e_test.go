@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
+)
+
+// loopbackPort is a free loopback port (another process could take it
+// before serve binds it; the kernel hands out ports in turn, so it rarely
+// does).
+func loopbackPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// runAs runs the binary's entry point as argv under the environment e
+// alone, until it logs "serving"; Cleanup stops it.
+func runAs(t *testing.T, argv []string, e map[string]string) *sidecar {
+	t.Helper()
+	s := &sidecar{stderr: &syncBuffer{}, exit: make(chan int, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { s.exit <- run(ctx, commandLine(argv), env(e), io.Discard, s.stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-s.exit:
+		case <-time.After(exitDeadline):
+			t.Errorf("serve still running %v after its context ended", exitDeadline)
+		}
+		if t.Failed() {
+			t.Logf("serve output:\n%s", s.stderr.String())
+		}
+	})
+	if !testenv.Eventually(func() bool {
+		select {
+		case s.code = <-s.exit:
+			s.exit <- s.code // for Cleanup
+			t.Fatalf("serve returned %d before serving", s.code)
+		default:
+		}
+		s.grpcAddr, s.httpAddr = servingAddrs(s.stderr.String())
+		return s.grpcAddr != ""
+	}) {
+		t.Fatal("serve did not log \"serving\"")
+	}
+	return s
+}
+
+// TestServeWithOnlyTheUpstreamEnvironment runs the binary as
+// /bin/ratelimit with nothing but envoyproxy/ratelimit's variables: policy
+// in the RUNTIME_ROOT layout, counters in a real Redis, gRPC over mutual
+// TLS. It must answer ShouldRateLimit from that policy and that Redis, only
+// to a client with the right certificate, answer /healthcheck as upstream
+// does, and say in one log line what it took and ignored.
+func TestServeWithOnlyTheUpstreamEnvironment(t *testing.T) {
+	r := testenv.StartRedis(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "t.yaml"), []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ca := newTestCA(t, "eg-ca")
+	srv := ca.issue(t, true, []string{"envoy-ratelimit.envoy-gateway-system.svc"}, "")
+	sec := newSecretDir(t, map[string][]byte{"tls.crt": srv.certPEM, "tls.key": srv.keyPEM, "ca.crt": ca.pem})
+	grpcPort, httpPort := loopbackPort(t), loopbackPort(t)
+	s := runAs(t, []string{"/bin/ratelimit"}, map[string]string{
+		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false",
+		"LOG_LEVEL": "info", "LOG_FORMAT": "json", "USE_STATSD": "false",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr,
+		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": httpPort,
+		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": sec.path("tls.crt"), "GRPC_SERVER_TLS_KEY": sec.path("tls.key"),
+		"GRPC_CLIENT_TLS_CACERT": sec.path("ca.crt"), "GRPC_CLIENT_TLS_SAN": "envoy",
+	})
+	if s.grpcAddr != "127.0.0.1:"+grpcPort || s.httpAddr != "127.0.0.1:"+httpPort {
+		t.Fatalf("serving on %s and %s, want GRPC_PORT %s and PORT %s", s.grpcAddr, s.httpAddr, grpcPort, httpPort)
+	}
+
+	// ShouldRateLimit, over mutual TLS: 5 a second, then OVER_LIMIT.
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	dial := func(cert *tls.Certificate) rlsv3.RateLimitServiceClient {
+		cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return rlsv3.NewRateLimitServiceClient(conn)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := dial(nil).ShouldRateLimit(ctx, req); err == nil {
+		t.Error("a client without a certificate was answered")
+	}
+	envoy := ca.issue(t, false, []string{"envoy"}, "").pair(t)
+	client := dial(&envoy)
+	var codes []string
+	for range 6 {
+		resp, err := client.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, resp.GetOverallCode().String())
+	}
+	if want := "OK OK OK OK OK OVER_LIMIT"; strings.Join(codes, " ") != want {
+		t.Errorf("answers %v, want %s", codes, want)
+	}
+	if n, err := r.Client().DBSize(ctx).Result(); err != nil || n == 0 {
+		t.Errorf("no counter in REDIS_URL's Redis (%d keys, %v): the store is not the one asked for", n, err)
+	}
+
+	// /healthcheck on PORT, as upstream answers it.
+	code, body := s.get(t, "/healthcheck")
+	if code != http.StatusOK || body != "OK" {
+		t.Errorf("GET /healthcheck: %d %q, want 200 \"OK\"", code, body)
+	}
+
+	// One line says what was taken, ignored and defaulted.
+	var lines []map[string]any
+	for _, line := range strings.Split(s.stderr.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == "envoyproxy/ratelimit environment" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d lines about the upstream environment, want 1", len(lines))
+	}
+	took, _ := lines[0]["took"].(string)
+	ignored, _ := lines[0]["ignored"].(string)
+	for _, v := range []string{"RUNTIME_ROOT", "REDIS_URL", "GRPC_PORT", "PORT", "GRPC_CLIENT_TLS_SAN"} {
+		if !strings.Contains(took, v) {
+			t.Errorf("took = %q, want %s in it", took, v)
+		}
+	}
+	for _, v := range []string{"USE_STATSD", "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"} {
+		if !strings.Contains(ignored, v+" (") {
+			t.Errorf("ignored = %q, want %s with why", ignored, v)
+		}
+	}
+}
+
+// TestHealthcheckAnswersAsUpstream: 200 "OK" when healthy; 500 with no
+// body while shutting down, before a policy when one is required, and
+// while the store is down when it is required. A store outage alone does
+// not fail it.
+func TestHealthcheckAnswersAsUpstream(t *testing.T) {
+	storeDown := func(context.Context) error { return io.ErrUnexpectedEOF }
+	for _, tc := range []struct {
+		name     string
+		c        serveConfig
+		policy   bool
+		store    pinger
+		stopping bool
+		want     int
+	}{
+		{"healthy", serveConfig{}, true, nil, false, 200},
+		{"store down, not required", serveConfig{}, true, storeDown, false, 200},
+		{"store down, required", serveConfig{healthcheckStore: true}, true, storeDown, false, 500},
+		{"no policy, not required", serveConfig{}, false, nil, false, 200},
+		{"no policy, required", serveConfig{healthcheckPolicy: true}, false, nil, false, 500},
+		{"shutting down", serveConfig{}, true, nil, true, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := tc.store
+			if store == nil {
+				store = func(context.Context) error { return nil }
+			}
+			h := newUpstreamHealth(&tc.c, func() bool { return tc.policy }, store)
+			h.stopping.Store(tc.stopping)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthcheck", nil))
+			wantBody := map[int]string{200: "OK", 500: ""}[tc.want]
+			if rec.Code != tc.want || rec.Body.String() != wantBody {
+				t.Errorf("%d %q, want %d %q", rec.Code, rec.Body.String(), tc.want, wantBody)
+			}
+		})
+	}
+}
+
+// TestServeHTTPOverTLS: --http-tls serves /healthz over TLS with the gRPC
+// certificate.
+func TestServeHTTPOverTLS(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	srv := ca.issue(t, true, nil, "")
+	sec := newSecretDir(t, map[string][]byte{"tls.crt": srv.certPEM, "tls.key": srv.keyPEM})
+	s := startServe(t, []string{"--grpc-tls-cert", sec.path("tls.crt"), "--grpc-tls-key", sec.path("tls.key"), "--http-tls"}, nil)
+	if s.grpcAddr == "" {
+		t.Fatalf("serve did not start (exit %d)", s.code)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := c.Get("https://" + s.httpAddr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.TLS == nil {
+		t.Errorf("GET https://.../healthz: %d, TLS %v", resp.StatusCode, resp.TLS != nil)
+	}
+	// Plain HTTP on the TLS listener: Go's server answers 400, never 200.
+	if plain, err := http.Get("http://" + s.httpAddr + "/healthz"); err == nil {
+		plain.Body.Close()
+		if plain.StatusCode == http.StatusOK {
+			t.Error("plain HTTP answered 200 on the TLS listener")
+		}
+	}
+}

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Upstream's defaults that differ from throttlekit's; applied only when
+// upstream variables configure the process (upstreamEnv.defaults).
+const upstreamAllInterfaces = "0.0.0.0"
+
+// upstreamEnv is what serve takes from envoyproxy/ratelimit's environment:
+// the flags it sets and, for the start log, which variables it took,
+// which it ignored and why.
+type upstreamEnv struct {
+	// defaults: upstream's defaults apply (all interfaces, the
+	// RUNTIME_ROOT layout, GRPC_MAX_CONNECTION_AGE), because a variable
+	// only upstream uses is set, or --upstream-defaults.
+	defaults bool
+	flags    []flagValue       // the flags the variables make, in table order
+	taken    []string          // variables set and used
+	ignored  []ignoredVar      // variables set and ignored
+	given    []ignoredVar      // variables whose flag was given: the flag won
+	applied  []string          // upstream defaults that took effect ("--grpc-addr 0.0.0.0:8081")
+	env      map[string]string // the variables set
+	seen     map[string]bool   // the variables accounted for
+}
+
+// flagValue is one flag's value and the variables it came from.
+type flagValue struct {
+	flag, value string
+	from        []string // the variables set that made it
+	byDefault   bool     // an upstream default made it too
+}
+
+// ignoredVar is a variable serve does not honour, and why.
+type ignoredVar struct{ name, why string }
+
+// readUpstream reads envoyproxy/ratelimit's variables from getenv. force
+// applies upstream's defaults even when no variable only upstream uses is
+// set (the binary runs as `ratelimit`). A value serve cannot honour (a
+// unix socket, memcache, a malformed port) is an error naming the
+// variable; secrets (REDIS_AUTH) never appear in one.
+func readUpstream(getenv func(string) string, force bool) (*upstreamEnv, error) {
+	set := map[string]string{}
+	u := &upstreamEnv{defaults: force, env: set, seen: map[string]bool{}}
+	for _, v := range upstreamVars {
+		if s := strings.TrimSpace(getenv(v.name)); s != "" {
+			set[v.name] = s
+			u.defaults = u.defaults || !v.generic
+		}
+	}
+	// value is a variable's value: set, or upstream's default when
+	// upstream's defaults apply, or "".
+	value := func(name string) string {
+		if s, ok := set[name]; ok {
+			return s
+		}
+		if u.defaults {
+			v, _ := upstreamVarNamed(name)
+			return v.def
+		}
+		return ""
+	}
+	has := func(name string) bool { _, ok := set[name]; return ok }
+	var errs []error
+	bad := func(name, want string) {
+		errs = append(errs, fmt.Errorf("%s=%q: %s", name, set[name], want))
+	}
+	boolean := func(name string) bool {
+		if !has(name) {
+			b, _ := strconv.ParseBool(value(name))
+			return b
+		}
+		b, err := strconv.ParseBool(set[name])
+		if err != nil {
+			bad(name, "want true or false")
+		}
+		return b
+	}
+
+	// Listeners.
+	for _, l := range []struct{ flag, host, port, def string }{
+		{"--grpc-addr", "GRPC_HOST", "GRPC_PORT", "8081"},
+		{"--http-addr", "HOST", "PORT", "8080"},
+	} {
+		if !has(l.host) && !has(l.port) && !u.defaults {
+			continue
+		}
+		host, port := value(l.host), value(l.port)
+		if host == "" {
+			host = "127.0.0.1" // a port alone keeps throttlekit's loopback
+		}
+		if port == "" {
+			port = l.def
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			bad(l.port, "want a port number, 0 to 65535 (e.g. "+l.def+")")
+			continue
+		}
+		u.set(l.flag, net.JoinHostPort(host, port), !has(l.host) || !has(l.port), l.host, l.port)
+	}
+	if has("GRPC_UDS") {
+		bad("GRPC_UDS", "throttlekit's gRPC listener is TCP only: unset GRPC_UDS and point Envoy at GRPC_HOST:GRPC_PORT")
+	}
+	if has("GRPC_MAX_CONNECTION_AGE") || u.defaults {
+		u.set("--grpc-max-connection-age", value("GRPC_MAX_CONNECTION_AGE"), !has("GRPC_MAX_CONNECTION_AGE"), "GRPC_MAX_CONNECTION_AGE")
+	}
+
+	// Logging.
+	if has("LOG_LEVEL") {
+		switch l := strings.ToLower(set["LOG_LEVEL"]); l {
+		case "trace", "debug":
+			u.set("--log-level", "debug", false, "LOG_LEVEL")
+		case "info", "warn", "error":
+			u.set("--log-level", l, false, "LOG_LEVEL")
+		case "warning":
+			u.set("--log-level", "warn", false, "LOG_LEVEL")
+		case "fatal", "panic":
+			u.set("--log-level", "error", false, "LOG_LEVEL")
+		default:
+			bad("LOG_LEVEL", "want trace, debug, info, warn, error, fatal or panic")
+		}
+	}
+	if has("LOG_FORMAT") {
+		u.set("--log-format", strings.ToLower(set["LOG_FORMAT"]), false, "LOG_FORMAT")
+	}
+
+	// Where the policy comes from.
+	switch ct := strings.ToUpper(value("CONFIG_TYPE")); ct {
+	case "", "FILE":
+		if has("RUNTIME_ROOT") || has("RUNTIME_SUBDIRECTORY") || has("RUNTIME_APPDIRECTORY") || u.defaults {
+			dir := filepath.Join(value("RUNTIME_ROOT"), value("RUNTIME_SUBDIRECTORY"), value("RUNTIME_APPDIRECTORY"))
+			u.set("--policy", dir, !has("RUNTIME_ROOT") || !has("RUNTIME_APPDIRECTORY"), "CONFIG_TYPE", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
+		}
+		u.notXDS(set) // xdsflags.go
+	case "GRPC_XDS_SOTW":
+		errs = append(errs, u.xds(set)...) // xdsflags.go
+		for _, name := range []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"} {
+			if has(name) { // Envoy Gateway sets them beside GRPC_XDS_SOTW
+				u.ignore(name, "CONFIG_TYPE is GRPC_XDS_SOTW: the policy comes over xDS")
+			}
+		}
+	default:
+		bad("CONFIG_TYPE", "want FILE or GRPC_XDS_SOTW")
+	}
+
+	// The store.
+	switch bt := strings.ToLower(value("BACKEND_TYPE")); bt {
+	case "", "redis":
+		if !has("REDIS_URL") {
+			break // upstream's default, a nutcracker socket, is no store here: memory
+		}
+		raw, err := upstreamRedisURL(set, boolean("REDIS_TLS"))
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		u.set("--store", "redis", false, "BACKEND_TYPE", "REDIS_URL")
+		u.set("--redis-url", raw, false, "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH", "REDIS_TLS")
+	case "memcache":
+		bad("BACKEND_TYPE", "throttlekit has no Memcache store: use Redis (REDIS_URL) or THROTTLEKIT_STORE=memory")
+	default:
+		bad("BACKEND_TYPE", "want redis")
+	}
+	for _, name := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT"} {
+		if has(name) {
+			bad(name, "throttlekit's Redis client has no client certificates or CA of its own yet; it checks Redis's certificate against the system roots: unset it")
+		}
+	}
+
+	// TLS on the gRPC listener.
+	tlsVars := []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}
+	if boolean("GRPC_SERVER_USE_TLS") {
+		if !has("GRPC_SERVER_TLS_CERT") || !has("GRPC_SERVER_TLS_KEY") {
+			bad("GRPC_SERVER_USE_TLS", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (the server's certificate chain and key, PEM files)")
+		}
+		for i, f := range []string{"--grpc-tls-cert", "--grpc-tls-key", "--grpc-tls-client-ca", "--grpc-tls-client-san"} {
+			if has(tlsVars[i]) {
+				u.set(f, set[tlsVars[i]], false, "GRPC_SERVER_USE_TLS", tlsVars[i])
+			}
+		}
+	} else {
+		if has("GRPC_SERVER_USE_TLS") {
+			u.seen["GRPC_SERVER_USE_TLS"] = true // false: plaintext, as asked
+			u.taken = append(u.taken, "GRPC_SERVER_USE_TLS")
+		}
+		for _, name := range tlsVars {
+			if has(name) {
+				u.ignore(name, "GRPC_SERVER_USE_TLS is not true")
+			}
+		}
+	}
+
+	// Switches.
+	for _, s := range []struct{ name, flag string }{
+		{"SHADOW_MODE", "--shadow"},
+		{"LIMIT_RESPONSE_HEADERS_ENABLED", "--response-headers"},
+		{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "--healthcheck-needs-policy"},
+		{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "--healthcheck-needs-store"},
+	} {
+		if has(s.name) {
+			u.set(s.flag, strconv.FormatBool(boolean(s.name)), false, s.name)
+		}
+	}
+
+	// What is left is ignored, with the table's reason.
+	for _, v := range upstreamVars {
+		if has(v.name) && !u.seen[v.name] {
+			why := v.note
+			switch {
+			case v.flag == "--redis-url" || v.flag == "--store":
+				why = "takes effect only with REDIS_URL"
+			case v.flag != "": // taken only with others
+				why = "takes effect only with " + strings.Join(companions(v.flag, v.name), ", ")
+			}
+			u.ignore(v.name, why)
+		}
+	}
+	return u, errors.Join(errs...)
+}
+
+// companions are the other variables that make flag.
+func companions(flag, name string) []string {
+	var out []string
+	for _, v := range upstreamVars {
+		if v.flag == flag && v.name != name {
+			out = append(out, v.name)
+		}
+	}
+	return out
+}
+
+// set records that the variables from (those of them set) make flag
+// value; byDefault: an upstream default made it too.
+func (u *upstreamEnv) set(flag, value string, byDefault bool, from ...string) {
+	var used []string
+	for _, name := range from {
+		if _, ok := u.env[name]; ok {
+			used = append(used, name)
+			u.seen[name] = true
+		}
+	}
+	u.flags = append(u.flags, flagValue{flag: flag, value: value, from: used, byDefault: byDefault && u.defaults})
+}
+
+func (u *upstreamEnv) ignore(name, why string) {
+	u.seen[name] = true
+	u.ignored = append(u.ignored, ignoredVar{name, why})
+}
+
+// apply sets on fs every flag u makes that was not given (on the command
+// line or by its THROTTLEKIT_* twin: both win).
+func (u *upstreamEnv) apply(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	for _, fv := range u.flags {
+		name := strings.TrimPrefix(fv.flag, "--")
+		if given[name] {
+			for _, v := range fv.from {
+				if !slices.ContainsFunc(u.given, func(g ignoredVar) bool { return g.name == v }) {
+					u.given = append(u.given, ignoredVar{v, fv.flag + " was given"})
+				}
+			}
+			continue
+		}
+		if err := fs.Set(name, fv.value); err != nil {
+			from := fv.from
+			if len(from) == 0 {
+				from = []string{"upstream's default"}
+			}
+			errs = append(errs, fmt.Errorf("%s (from %s): %v", fv.flag, strings.Join(from, ", "), err))
+			continue
+		}
+		for _, v := range fv.from {
+			if !slices.Contains(u.taken, v) {
+				u.taken = append(u.taken, v)
+			}
+		}
+		if fv.byDefault {
+			u.applied = append(u.applied, fv.flag+" "+fv.value)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// log says once, at start, which upstream variables serve took, which it
+// ignored and why, which a flag overrode, and which upstream defaults
+// apply. Never a value: REDIS_AUTH is one.
+func (u *upstreamEnv) log(log *slog.Logger) {
+	if u == nil || (len(u.taken) == 0 && len(u.ignored) == 0 && len(u.given) == 0 && !u.defaults) {
+		return
+	}
+	why := func(vs []ignoredVar) string {
+		parts := make([]string, len(vs))
+		for i, v := range vs {
+			parts[i] = v.name + " (" + v.why + ")"
+		}
+		return strings.Join(parts, "; ")
+	}
+	attrs := []any{"took", strings.Join(u.taken, ", ")}
+	if len(u.ignored) > 0 {
+		attrs = append(attrs, "ignored", why(u.ignored))
+	}
+	if len(u.given) > 0 {
+		attrs = append(attrs, "overridden", why(u.given))
+	}
+	if u.defaults && len(u.applied) > 0 {
+		attrs = append(attrs, "upstream_defaults", "upstream's defaults, because its variables configure this process: "+strings.Join(u.applied, ", "))
+	}
+	log.Info("envoyproxy/ratelimit environment", attrs...)
+}
+
+// envDefaultPrefix starts a variable that sets a flag's default only:
+// THROTTLEKIT_DEFAULT_GRPC_ADDR is --grpc-addr's value when neither the
+// flag, nor THROTTLEKIT_GRPC_ADDR, nor envoyproxy/ratelimit's variables
+// set it. The image sets its defaults so (listen on all interfaces, the
+// example policies): a manifest that runs it as /bin/ratelimit with
+// upstream's variables gets what they say.
+const envDefaultPrefix = envPrefix + "DEFAULT_"
+
+// applyEnvDefaults sets every flag still unset from its
+// THROTTLEKIT_DEFAULT_* variable.
+func applyEnvDefaults(fs *flag.FlagSet, getenv func(string) string) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envDefaultPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", name, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}

@@ -1,0 +1,85 @@
+package source_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/policy"
+	"github.com/throttlekit/throttlekit/pkg/source"
+)
+
+// TestDirAppliesChangesAndRejectsBadSets: after a change the directory's
+// set is applied; a bad file and an emptied directory go to OnReject, not
+// to Apply.
+func TestDirAppliesChangesAndRejectsBadSets(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	var mu sync.Mutex
+	var applied []*policy.Set
+	var rejected []error
+	d := &source.Dir{Path: dir, Debounce: time.Millisecond, OnReject: func(err error) {
+		mu.Lock()
+		rejected = append(rejected, err)
+		mu.Unlock()
+	}}
+	first, err := d.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Run(ctx, func(_ context.Context, set *policy.Set) error {
+			mu.Lock()
+			applied = append(applied, set)
+			mu.Unlock()
+			return nil
+		})
+	}()
+	counts := func() (int, int) { mu.Lock(); defer mu.Unlock(); return len(applied), len(rejected) }
+	lastRejected := func() error { mu.Lock(); defer mu.Unlock(); return rejected[len(rejected)-1] }
+
+	// The watcher is up once a write is seen.
+	wait(t, "a change applied", func() bool {
+		writeFile(t, dir, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+		n, _ := counts()
+		return n > 0
+	})
+	mu.Lock()
+	last := applied[len(applied)-1]
+	mu.Unlock()
+	if last.Hash == first.Hash || last.Domains[0].Descriptors[0].Limits[0].RequestsPerUnit != 2 {
+		t.Fatalf("applied %+v, want the changed file", last.Domains[0].Descriptors[0].Limits[0])
+	}
+	nApplied, _ := counts()
+
+	writeFile(t, dir, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
+	wait(t, "a bad file rejected", func() bool { _, r := counts(); return r > 0 })
+	var perrs policy.Errors
+	if err := lastRejected(); !errors.As(err, &perrs) {
+		t.Fatalf("rejected %v, want policy.Errors", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, "the emptied directory rejected", func() bool { return errors.Is(lastRejected(), policy.ErrEmpty) })
+	if n, _ := counts(); n != nApplied {
+		t.Fatalf("%d sets applied after the bad ones, want %d", n, nApplied)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDirThatCannotBeWatched(t *testing.T) {
+	d := &source.Dir{Path: filepath.Join(t.TempDir(), "missing")}
+	if err := d.Run(bg, func(context.Context, *policy.Set) error { return nil }); err == nil {
+		t.Fatal("Run on a missing directory returned nil")
+	}
+}
