@@ -11,8 +11,10 @@ build:
 	$(GO) build -o bin/throttlekit ./cmd/sidecar
 
 # The test command the README gives and CI runs: formatting, vet, then every
-# test with the race detector. Tests start their own redis-server; deploy/'s
-# run promtool (THROTTLEKIT_SKIP_PROMTOOL=1 skips them where it is absent).
+# test with the race detector. Tests start their own servers (redis-server,
+# Cluster, Sentinel, PostgreSQL); deploy/'s run promtool and a real prometheus
+# server (Debian's prometheus package has both; THROTTLEKIT_SKIP_PROMTOOL=1
+# skips them where it is absent) and build cmd/sidecar.
 # test/e2e runs alone, after the rest: its adaptive gates infer from latency
 # the two cores also spend on other packages' race-detector builds.
 E2E     := github.com/throttlekit/throttlekit/test/e2e
