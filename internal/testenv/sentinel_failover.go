@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,4 +119,30 @@ func (s *Sentinel) CutReplication() {
 	if err := c.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
 		s.tb.Fatalf("testenv: CLIENT KILL TYPE replica on primary %s: %v", s.Primary(), err)
 	}
+}
+
+// Failovers is how many failovers the sentinels have carried out since
+// StartSentinel: the highest config epoch any sentinel reports for the
+// primary (each failover takes a new epoch). More than the test's own
+// kills means a sentinel judged a live primary down — on a starved machine
+// a primary can miss SentinelDownAfter — and promoted a replica anyway.
+func (s *Sentinel) Failovers() int {
+	s.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	most := 0
+	for _, addr := range s.Sentinels {
+		c := redis.NewSentinelClient(&redis.Options{Addr: addr})
+		m, err := c.Master(ctx, MasterName).Result()
+		_ = c.Close()
+		if err != nil {
+			s.tb.Fatalf("testenv: SENTINEL MASTER %s on %s: %v", MasterName, addr, err)
+		}
+		n, err := strconv.Atoi(m["config-epoch"])
+		if err != nil {
+			s.tb.Fatalf("testenv: SENTINEL MASTER %s on %s: config-epoch %q", MasterName, addr, m["config-epoch"])
+		}
+		most = max(most, n)
+	}
+	return most
 }

@@ -136,7 +136,7 @@ func TestFailover(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() {
-		t.Logf("\n| scenario | failover | mode | store errors | recovered after | later errors | slowest answer | admitted | over limit | bound |\n|---|---|---|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
+		t.Logf("\n| scenario | failovers | failover took | mode | store errors | recovered after | later errors | slowest answer | admitted | over limit | bound |\n|---|---|---|---|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
 	})
 }
 
@@ -213,10 +213,18 @@ func runFailover(t *testing.T, sc scenario) []string {
 	if otherErr != nil {
 		t.Errorf("an answer failed with something other than a store error: %v", otherErr)
 	}
+	// One kill, one failover. On a starved machine a sentinel can judge a
+	// live primary down and fail over again: what the intermediate primary
+	// acknowledged is then lost too, and the bounds below widen to every
+	// unit acknowledged since the replicas' last sure copy.
+	failovers := env.Failovers()
+	if failovers > 1 {
+		t.Logf("%s: %d failovers for one kill (a sentinel judged a live primary down): bounds widened to everything acknowledged since the replicas' last sure copy", sc.name, failovers)
+	}
 	var rows []string
 	for _, m := range modes {
-		rows = append(rows, checkMode(t, sc, m, log, t0, sure, kill, killed, promoted))
-		if sc.cut && sc.wait > 0 && (m == "strict" || m == "cached_deny") {
+		rows = append(rows, checkMode(t, sc, m, log, t0, sure, kill, killed, promoted, failovers))
+		if sc.cut && sc.wait > 0 && failovers == 1 && (m == "strict" || m == "cached_deny") {
 			if n := log.ackedStarted(m, cutDone, killed); n > 0 {
 				t.Errorf("%s with WaitReplicas %d: the store acknowledged %d units to checks made after the replicas were cut off: a failover loses them", m, sc.wait, n)
 			}
@@ -261,7 +269,7 @@ func newNode(t *testing.T, url string, wait int, log *ledger, set *policy.Set) *
 }
 
 // checkMode checks mode's answers (see TestFailover) and returns its row.
-func checkMode(t *testing.T, sc scenario, mode string, log *ledger, t0, sure, kill, killed, promoted time.Time) string {
+func checkMode(t *testing.T, sc scenario, mode string, log *ledger, t0, sure, kill, killed, promoted time.Time, failovers int) string {
 	t.Helper()
 	log.mu.Lock()
 	answers := log.answers[mode]
@@ -282,6 +290,9 @@ func checkMode(t *testing.T, sc scenario, mode string, log *ledger, t0, sure, ki
 	// The most the old primary can have lost: what it acknowledged after
 	// the replicas' last sure copy, by calls made before it died.
 	lost := log.acked(mode, sure, killed)
+	if failovers > 1 {
+		lost = log.acked(mode, sure, time.Now())
+	}
 	bound := lost
 	if mode == "leased_uncoupled" {
 		bound += nodes * (batch - 1) // the uncoupled slack, failover or not
@@ -289,10 +300,10 @@ func checkMode(t *testing.T, sc scenario, mode string, log *ledger, t0, sure, ki
 	if int64(over) > bound {
 		t.Errorf("%s: admitted %d in the window, %d over the limit %d; at most %d (units acknowledged since the replicas' last sure copy: %d)", mode, admits, over, limit, bound, lost)
 	}
-	if sc.wait > 0 && (mode == "strict" || mode == "cached_deny") && over > 0 {
+	if sc.wait > 0 && failovers == 1 && (mode == "strict" || mode == "cached_deny") && over > 0 {
 		t.Errorf("%s with WaitReplicas %d: admitted %d, %d over the limit: a check acknowledged to a caller was lost in the failover", mode, sc.wait, admits, over)
 	}
-	return fmt.Sprintf("| %s | %v | %s | %d | %v | %d | %v | %d | %d | %d |", sc.name, promoted.Sub(kill).Round(10*time.Millisecond), mode, errs,
+	return fmt.Sprintf("| %s | %d | %v | %s | %d | %v | %d | %v | %d | %d | %d |", sc.name, failovers, promoted.Sub(kill).Round(10*time.Millisecond), mode, errs,
 		recovered.Round(10*time.Millisecond), later, slowest.Round(time.Millisecond), admits, over, bound)
 }
 
