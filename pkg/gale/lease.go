@@ -28,7 +28,7 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost i
 		sh = l.l1.shard(key)
 	}
 	waited := false             // counters say "local" only for checks that never waited on the store
-	var budget <-chan time.Time // fires at the request's store deadline, once armed
+	var budget <-chan time.Time // fires at the request's store deadline (WithStoreBudget), once armed
 	var d Decision
 	for {
 		sh.mu.Lock()
@@ -80,18 +80,12 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost i
 		}
 		sh.mu.Unlock()
 		waited = true
-		if budget == nil && !l.local {
-			// The request's store deadline: its budget (WithStoreBudget),
-			// else one store timeout from its first wait. A check may wait
-			// for a lease another began, then lease itself, then again:
-			// each wait bounded by the timeout, the check by the deadline.
-			b, ok := storeBudget(ctx)
-			if !ok {
-				b = time.Now().Add(l.timeout)
+		if budget == nil {
+			if b, ok := storeBudget(ctx); ok {
+				// Not stopped: an unreferenced timer is collected (Go ≥
+				// 1.23), and a defer here would cost every local hit.
+				budget = time.NewTimer(time.Until(b)).C
 			}
-			// Not stopped: an unreferenced timer is collected (Go ≥
-			// 1.23), and a defer here would cost every local hit.
-			budget = time.NewTimer(time.Until(b)).C
 		}
 		var gaveUp error
 		select {

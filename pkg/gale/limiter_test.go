@@ -456,31 +456,3 @@ func TestCloseWithTheStoreDownSaysSoOnce(t *testing.T) {
 		t.Fatalf("Close: %q, want one line counting %d keys and naming one", msg, keys)
 	}
 }
-
-// TestLeasedCheckWaitsOneStoreTimeout: a leased check that waits for a
-// lease another check began, then must lease itself, waits one store
-// timeout in all — not one per lease (the fault suite saw a federated
-// request take 400ms under a 150ms timeout) — and then OnStoreError answers.
-func TestLeasedCheckWaitsOneStoreTimeout(t *testing.T) {
-	const timeout = 200 * time.Millisecond
-	s := &countingStore{Store: memstore.New(), gate: make(chan struct{}), arrived: make(chan struct{}, 4)}
-	l := newLimiter(t, s, gale.Config{Rule: perMinute(100), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 1},
-		StoreTimeout: timeout, OnStoreError: gale.FailClosed})
-	now := time.Now()
-	took := make(chan time.Duration, 2)
-	for range 2 {
-		go func() {
-			start := time.Now()
-			_, _ = l.Check(bg, "k", 1, now)
-			took <- time.Since(start)
-		}()
-	}
-	s.waitArrival(t) // the first lease, which both checks wait for
-	// It lands with one credit late in the timeout; the check that does
-	// not get it must lease again, and that lease hangs.
-	time.AfterFunc(3*timeout/4, func() { s.gate <- struct{}{} })
-	slowest := max(<-took, <-took)
-	if slowest > timeout+timeout/2 {
-		t.Fatalf("a check waited %v on the store, want about the store timeout %v", slowest, timeout)
-	}
-}

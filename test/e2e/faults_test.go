@@ -30,9 +30,12 @@ const (
 	faultLimit    = 40
 	faultBatch    = 5
 	faultRegional = 10
-	// fedTimeout is the federated rules' --federation-timeout: a lease may
-	// take three round trips (escrow, coordinator, refill).
-	fedTimeout = 3 * storeTimeout
+	// fedTimeout is the federated rules' --federation-timeout. A federated
+	// lease may take three round trips (escrow, coordinator, refill), and a
+	// leased check that waits for another's lease and then leases itself
+	// can wait two of its timeouts: the store timeout keeps that within the
+	// answer bound.
+	fedTimeout = storeTimeout
 )
 
 var (
