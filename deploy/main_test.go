@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
 )
 
 // buildDir holds the binaries the tests build; TestMain removes it.
@@ -87,7 +88,29 @@ func envFlag(name string) string {
 // served is a running `throttlekit serve`.
 type served struct {
 	grpcAddr, httpAddr string
-	out                *syncBuffer
+	out                *testenv.Buffer
+}
+
+// startProcess starts cmd with its output in the returned buffer; exited is
+// closed once it has exited. Cleanup kills it and waits for it; a failed
+// test logs its output under name.
+func startProcess(t *testing.T, cmd *exec.Cmd, name string) (out *testenv.Buffer, exited <-chan struct{}) {
+	t.Helper()
+	out = &testenv.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, out.String())
+		}
+	})
+	return out, done
 }
 
 // startServe starts `throttlekit serve` with exactly env and args, waits for
@@ -95,22 +118,10 @@ type served struct {
 // addresses it bound. Cleanup kills it; a failed test logs its output.
 func startServe(t *testing.T, env []string, args ...string) *served {
 	t.Helper()
-	s := &served{out: &syncBuffer{}}
 	cmd := exec.Command(throttlekitBinary(t), append([]string{"serve"}, args...)...)
 	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = s.out, s.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("throttlekit serve %v (env %v) output:\n%s", args, env, s.out.String())
-		}
-	})
+	out, exited := startProcess(t, cmd, fmt.Sprintf("throttlekit serve %v (env %v)", args, env))
+	s := &served{out: out}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if g, h, ok := servingLine(s.out.String()); ok {
@@ -138,22 +149,4 @@ func servingLine(out string) (grpcAddr, httpAddr string, ok bool) {
 		}
 	}
 	return "", "", false
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

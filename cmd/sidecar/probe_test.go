@@ -56,7 +56,7 @@ func startInProcess(t *testing.T, files map[string]string) *inProcess {
 	}
 	args := []string{"serve", "--policy", s.policyDir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--drain-timeout", "2s"}
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
 	go func() { exited <- run(ctx, args, env(nil), io.Discard, &logs) }()
@@ -95,7 +95,7 @@ func startInProcess(t *testing.T, files map[string]string) *inProcess {
 
 // runProbe runs `throttlekit probe` with args.
 func runProbe(ctx context.Context, args ...string) (code int, stdout, stderr string) {
-	var out, errs lockedBuffer
+	var out, errs testenv.Buffer
 	code = run(ctx, append([]string{"probe"}, args...), env(nil), &out, &errs)
 	return code, out.String(), errs.String()
 }
@@ -133,7 +133,7 @@ func TestProbeSaysWhenAGateRejects(t *testing.T) {
 	s := startInProcess(t, map[string]string{"edge.yaml": probePolicy})
 	holdCtx, release := context.WithCancel(context.Background())
 	defer release()
-	var holdOut, holdErr lockedBuffer
+	var holdOut, holdErr testenv.Buffer
 	held := make(chan int, 1)
 	go func() {
 		held <- run(holdCtx, []string{"probe", "--addr", s.grpcAddr, "--extproc", "--path", "/checkout", "--hold", "1m"}, env(nil), &holdOut, &holdErr)

@@ -57,7 +57,7 @@ func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newMetrics(eng, nil)
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r := &reloader{dir: dir, engine: eng, metrics: m, log: log, debounce: time.Millisecond, loaded: make(chan string, 1)}
 	ctx, cancel := context.WithCancel(context.Background())

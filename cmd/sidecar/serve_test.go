@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,29 +41,11 @@ concurrency:
     queue: {max: 10, timeout: 50ms}
 `
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // sidecar is one `throttlekit serve` run inside the test process, on free
 // loopback ports, logging JSON to stderr.
 type sidecar struct {
 	grpcAddr, httpAddr string // empty when it never served
-	stderr             *syncBuffer
+	stderr             *testenv.Buffer
 	exit               chan int // run's exit code, once it returns
 	code               int      // the exit code, when it returned before serving
 }
@@ -86,9 +66,17 @@ func startServeWith(t *testing.T, policy string, args []string, env map[string]s
 	}
 	args = append([]string{"serve", "--policy", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--drain-timeout", "2s"}, args...)
-	s := &sidecar{stderr: &syncBuffer{}, exit: make(chan int, 1)}
+	return runServe(t, args, func(k string) string { return env[k] })
+}
+
+// runServe runs the binary's entry point with args and the environment
+// getenv until it logs "serving" or returns (code is then its exit code);
+// Cleanup stops it.
+func runServe(t *testing.T, args []string, getenv func(string) string) *sidecar {
+	t.Helper()
+	s := &sidecar{stderr: &testenv.Buffer{}, exit: make(chan int, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { s.exit <- run(ctx, args, func(k string) string { return env[k] }, io.Discard, s.stderr) }()
+	go func() { s.exit <- run(ctx, args, getenv, io.Discard, s.stderr) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -41,31 +41,9 @@ func loopbackPort(t *testing.T) string {
 // alone, until it logs "serving"; Cleanup stops it.
 func runAs(t *testing.T, argv []string, e map[string]string) *sidecar {
 	t.Helper()
-	s := &sidecar{stderr: &syncBuffer{}, exit: make(chan int, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { s.exit <- run(ctx, commandLine(argv), env(e), io.Discard, s.stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-s.exit:
-		case <-time.After(exitDeadline):
-			t.Errorf("serve still running %v after its context ended", exitDeadline)
-		}
-		if t.Failed() {
-			t.Logf("serve output:\n%s", s.stderr.String())
-		}
-	})
-	if !testenv.Eventually(func() bool {
-		select {
-		case s.code = <-s.exit:
-			s.exit <- s.code // for Cleanup
-			t.Fatalf("serve returned %d before serving", s.code)
-		default:
-		}
-		s.grpcAddr, s.httpAddr = servingAddrs(s.stderr.String())
-		return s.grpcAddr != ""
-	}) {
-		t.Fatal("serve did not log \"serving\"")
+	s := runServe(t, commandLine(argv), env(e))
+	if s.grpcAddr == "" {
+		t.Fatalf("serve returned %d before serving", s.code)
 	}
 	return s
 }

@@ -1,7 +1,6 @@
 package source_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -37,25 +36,8 @@ type harness struct {
 	mu       sync.Mutex
 	applied  []*policy.Set
 	rejected []error
-	logs     *syncBuffer
+	logs     *testenv.Buffer
 	done     chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startSource(t *testing.T, opts source.XDSOptions) *harness {
@@ -64,7 +46,7 @@ func startSource(t *testing.T, opts source.XDSOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{eng: eng, logs: &syncBuffer{}, done: make(chan error, 1)}
+	h := &harness{eng: eng, logs: &testenv.Buffer{}, done: make(chan error, 1)}
 	opts.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts.OnReject = func(err error) {
 		h.mu.Lock()
