@@ -28,6 +28,7 @@ type serveConfig struct {
 	redisURL        string
 	grpcAddr        string
 	httpAddr        string
+	metricsAddr     string // a listener of /metrics alone (metricslistener.go); "" for none
 	nodeID          string
 	logFormat       string
 	logLevel        string
@@ -58,6 +59,8 @@ type serveConfig struct {
 	// xds, when its url is set, takes the policy from an xDS management
 	// server instead of policyDir (xdsflags.go).
 	xds xdsConfig
+	// tracing exports OpenTelemetry spans (tracing.go).
+	tracing tracingConfig
 	// healthcheckPolicy and healthcheckStore: what /healthcheck, upstream's
 	// health check, requires besides not shutting down (upstream_health.go).
 	healthcheckPolicy, healthcheckStore bool
@@ -78,6 +81,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.StringVar(&c.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis to use with --store redis: redis:// or rediss:// (TLS); ?master_name=NAME for Sentinel (the host is a sentinel, more with &addr=); redis+cluster:// or repeated &addr= for Cluster")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen address (RateLimitService, health, reflection); loopback unless told otherwise")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address (/metrics, /healthz, /readyz, /debug/policy, /json)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "also serve /metrics, alone and in plain HTTP, on this address (host:port or :port), as envoyproxy/ratelimit's PROMETHEUS_ADDR with USE_PROMETHEUS=true (Envoy Gateway scrapes :19001); /metrics stays on --http-addr too")
 	fs.StringVar(&c.nodeID, "node-id", host, "this sidecar's name in logs and in the fleet of each distributed concurrency gate: unique per sidecar (a pod name)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -98,6 +102,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	c.grpc.define(fs)
 	c.tls.define(fs)
 	c.xds.define(fs)
+	c.tracing.define(fs)
 	fs.BoolVar(&c.healthcheckPolicy, "healthcheck-needs-policy", false, "/healthcheck (envoyproxy/ratelimit's health check) fails until a policy is loaded")
 	fs.BoolVar(&c.healthcheckStore, "healthcheck-needs-store", false, "/healthcheck fails while the store does not answer (a liveness probe on it then restarts replicas in a store outage)")
 	fs.BoolVar(&c.upstreamDefaults, "upstream-defaults", false, "take envoyproxy/ratelimit's defaults (listen on all interfaces, policy in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config) even when none of its variables is set; on when the binary runs as `ratelimit`")
@@ -172,6 +177,13 @@ func (c *serveConfig) validate() error {
 		// Port 0 asks the kernel for a free port: two of them never clash.
 		errs = append(errs, fmt.Errorf("--grpc-addr and --http-addr are both %s", c.grpcAddr))
 	}
+	if c.metricsAddr != "" {
+		if _, port, err := net.SplitHostPort(c.metricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-addr %q: want host:port or :port (e.g. :19001): %v", c.metricsAddr, err))
+		} else if port != "0" && (overlaps(c.metricsAddr, c.grpcAddr) || overlaps(c.metricsAddr, c.httpAddr)) {
+			errs = append(errs, fmt.Errorf("--metrics-addr %s is also --grpc-addr or --http-addr: give it a port of its own", c.metricsAddr))
+		}
+	}
 	if c.storeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--store-timeout %v: must be positive", c.storeTimeout))
 	}
@@ -220,8 +232,24 @@ func (c *serveConfig) validate() error {
 	if err := c.xds.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.tracing.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.drainTimeout <= 0 || c.reloadDebounce < 0 {
 		errs = append(errs, errors.New("--drain-timeout must be positive and --reload-debounce not negative"))
 	}
 	return errors.Join(errs...)
+}
+
+// overlaps reports whether listeners on host:port addresses a and b would
+// take the same port: the same port, on the same host or on all
+// interfaces (":19001", "0.0.0.0:8080").
+func overlaps(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb {
+		return false
+	}
+	everywhere := func(h string) bool { return h == "" || net.ParseIP(h).IsUnspecified() }
+	return ha == hb || everywhere(ha) || everywhere(hb)
 }

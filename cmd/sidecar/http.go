@@ -18,7 +18,7 @@ type pinger func(ctx context.Context) error
 
 func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, ping pinger, timeout time.Duration) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+	mux.Handle("GET /metrics", metricsHandler(m))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -49,4 +49,9 @@ func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, pin
 	})
 	mux.Handle("/json", envoyrls.JSONHandler(rls))
 	return mux
+}
+
+// metricsHandler serves m's registry in Prometheus's exposition format.
+func metricsHandler(m *metrics) http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }

@@ -154,6 +154,18 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("no valid policy in %s; fix the errors above (`throttlekit validate %s` lists them)", c.policyDir, c.policyDir)
 	}
 
+	tracer, stopTracing, err := c.tracing.start(ctx, log) // tracing.go
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Flush the spans still buffered, within the drain timeout.
+		fctx, cancel := context.WithTimeout(context.Background(), c.drainTimeout)
+		defer cancel()
+		if err := stopTracing(fctx); err != nil {
+			log.Warn("tracing: spans not flushed at shutdown", "err", err)
+		}
+	}()
 	var certs *certSource // TLS on the listeners (tls.go)
 	if c.tls.enabled() {
 		if certs, err = newCertSource(c.tls, log); err != nil {
@@ -170,7 +182,13 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		grpcLis.Close()
 		return fmt.Errorf("--http-addr %s: %w", c.httpAddr, err)
 	}
-	rls := envoyrls.NewRateLimitServer(eng, envoyrls.Options{Headers: c.responseHeaders})
+	metricsLis, err := listenMetrics(c.metricsAddr, m) // PROMETHEUS_ADDR (metricslistener.go)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	rls := envoyrls.NewRateLimitServer(eng, envoyrls.Options{Headers: c.responseHeaders, Tracer: tracer})
 	opts := append(m.serverOptions(log.Error), c.grpc.options()...)
 	if certs != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(certs.grpcConfig())))
@@ -182,7 +200,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	opts = append(opts, grpc.ChainUnaryInterceptor(newShedder(c.grpc.maxInflight, m.reg).interceptor()))
 	gs := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(gs, rls)
-	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(eng, envoyrls.ProcessorOptions{Observe: m.observeGate}))
+	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(eng, envoyrls.ProcessorOptions{Observe: m.observeGate, Tracer: tracer}))
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -191,13 +209,14 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	mux.Handle("GET /healthcheck", healthcheck) // envoyproxy/ratelimit's (upstream_health.go)
 	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- gs.Serve(grpcLis) }()
 	go func() {
 		if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()
+	go metricsLis.serve(errc)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	if ping != nil {
@@ -215,7 +234,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 			log.Error("policy watcher stopped: changes will not be reloaded", "dir", c.policyDir, "error", err)
 		}
 	}()
-	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "policy", c.policyDir)
+	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "metrics", metricsLis.addr(), "policy", c.policyDir)
 
 	var runErr error
 	select {
@@ -238,6 +257,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), c.drainTimeout)
 	defer cancel()
 	_ = httpSrv.Shutdown(sctx)
+	metricsLis.shutdown(sctx)
 	if err := eng.Close(sctx); err != nil {
 		log.Warn("returning leased credits", "error", err)
 	}

@@ -108,15 +108,40 @@ func runServe(t *testing.T, args []string, getenv func(string) string) *sidecar 
 	return s
 }
 
-// servingAddrs reads the listen addresses from the JSON "serving" line.
+// servingAddrs reads the listen addresses from the "serving" line, JSON
+// or text.
 func servingAddrs(log string) (grpcAddr, httpAddr string) {
 	for _, line := range strings.Split(log, "\n") {
 		var l struct{ Msg, GRPC, HTTP string }
 		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "serving" {
 			return l.GRPC, l.HTTP
 		}
+		if textField(line, "msg") == "serving" {
+			return textField(line, "grpc"), textField(line, "http")
+		}
 	}
 	return "", ""
+}
+
+// textField is key's value in a line of log/slog's text format
+// (key=value, the value quoted when it must be), or "".
+func textField(line, key string) string {
+	s := " " + line
+	i := strings.Index(s, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := s[i+len(key)+2:]
+	if strings.HasPrefix(v, `"`) {
+		q, err := strconv.QuotedPrefix(v)
+		if err != nil {
+			return ""
+		}
+		v, _ = strconv.Unquote(q)
+		return v
+	}
+	v, _, _ = strings.Cut(v, " ")
+	return v
 }
 
 // get fetches path from the sidecar's HTTP server.

@@ -64,15 +64,8 @@ type leaf struct {
 
 func (ca *testCA) issue(t *testing.T, server bool, dns []string, uri string) leaf {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := serial.Add(1)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(n), Subject: pkix.Name{CommonName: "leaf"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, DNSNames: dns,
+		Subject: pkix.Name{CommonName: "leaf"}, KeyUsage: x509.KeyUsageDigitalSignature, DNSNames: dns,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	if server {
@@ -83,6 +76,20 @@ func (ca *testCA) issue(t *testing.T, server bool, dns []string, uri string) lea
 		u, _ := url.Parse(uri)
 		tmpl.URIs = []*url.URL{u}
 	}
+	return ca.sign(t, tmpl)
+}
+
+// sign issues tmpl's certificate, valid for an hour either side of now,
+// with a new key and serial number.
+func (ca *testCA) sign(t *testing.T, tmpl *x509.Certificate) leaf {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := serial.Add(1)
+	tmpl.SerialNumber = big.NewInt(n)
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +97,13 @@ func (ca *testCA) issue(t *testing.T, server bool, dns []string, uri string) lea
 	kder, _ := x509.MarshalECPrivateKey(key)
 	return leaf{pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), n}
+}
+
+// certPool is a pool of the CA alone, for a peer to verify against.
+func (ca *testCA) certPool() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	return pool
 }
 
 func (l leaf) pair(t *testing.T) tls.Certificate {
@@ -167,10 +181,8 @@ type tlsClient struct {
 
 func dialTLS(t *testing.T, addr string, ca *testCA, cert *tls.Certificate) *tlsClient {
 	t.Helper()
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
 	c := &tlsClient{serials: make(chan int64, 16)}
-	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1",
+	cfg := &tls.Config{RootCAs: ca.certPool(), ServerName: "127.0.0.1",
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			select {
 			case c.serials <- cs.PeerCertificates[0].SerialNumber.Int64():

@@ -33,7 +33,6 @@ const (
 	whyMemcache  = "no Memcache store (BACKEND_TYPE=memcache stops serve with an error)"
 	// whyXDSBackoff: xdsflags.go ignores these with this reason.
 	whyXDSBackoff = "the first wait is CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, doubled per failure with a fixed ±50% jitter"
-	whyTracing    = "tracing is not in this build"
 	whyHeaders    = "the header names are fixed: RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset"
 	whyPipeline   = "each check is one Lua script call, one round trip; go-redis pools the connections"
 )
@@ -87,9 +86,9 @@ var upstreamVars = []upstreamVar{
 	{"EXTRA_TAGS", "", "", whyStatsd, false},
 	{"STATS_FLUSH_INTERVAL", "10s", "", whyStatsd, false},
 	{"DISABLE_STATS", "false", "", whyStatsd, false},
-	{"USE_PROMETHEUS", "false", "", "`/metrics` is always on the HTTP listener (PORT), with throttlekit's own metric names", false},
-	{"PROMETHEUS_ADDR", ":9090", "", "`/metrics` is on the HTTP listener (PORT), not a listener of its own", false},
-	{"PROMETHEUS_PATH", "/metrics", "", "the path is `/metrics`", false},
+	{"USE_PROMETHEUS", "false", "--metrics-addr", "true: `/metrics` on a listener of its own at PROMETHEUS_ADDR too, with throttlekit's own metric names; otherwise only on the HTTP listener (PORT)", false},
+	{"PROMETHEUS_ADDR", ":9090", "--metrics-addr", "with USE_PROMETHEUS=true: that listener's address, plain HTTP, `/metrics` alone (Envoy Gateway sets `:19001` and scrapes it)", false},
+	{"PROMETHEUS_PATH", "/metrics", "", "the path is `/metrics`, on both listeners", false},
 	{"PROMETHEUS_MAPPER_YAML", "", "", "throttlekit's metrics have their own names; there is no statsd mapping", false},
 	{"RUNTIME_ROOT", "/srv/runtime_data/current", "--policy", "`--policy` is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; with CONFIG_TYPE=GRPC_XDS_SOTW the three are ignored", false},
 	{"RUNTIME_SUBDIRECTORY", "", "--policy", "", false},
@@ -140,12 +139,12 @@ var upstreamVars = []upstreamVar{
 	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", "", whyMemcache, false},
 	{"SHADOW_MODE", "false", "--shadow", "", false},
 	{"MERGE_DOMAIN_CONFIG", "false", "", "one domain per file: a domain in two files is an error that names both", false},
-	{"TRACING_ENABLED", "false", "", whyTracing, false},
-	{"TRACING_SERVICE_NAME", "RateLimit", "", whyTracing, false},
-	{"TRACING_SERVICE_NAMESPACE", "", "", whyTracing, false},
-	{"TRACING_SERVICE_INSTANCE_ID", "", "", whyTracing, false},
-	{"TRACING_EXPORTER_PROTOCOL", "http", "", whyTracing, false},
-	{"TRACING_SAMPLING_RATE", "1", "", whyTracing, false},
+	{"TRACING_ENABLED", "false", "--tracing", "", false},
+	{"TRACING_SERVICE_NAME", "RateLimit", "--tracing-service-name", "with TRACING_ENABLED; upstream's default applies then (throttlekit's own: `throttlekit`)", false},
+	{"TRACING_SERVICE_NAMESPACE", "", "--tracing-service-namespace", "with TRACING_ENABLED", false},
+	{"TRACING_SERVICE_INSTANCE_ID", "", "--tracing-service-instance-id", "with TRACING_ENABLED; unset, a random id per process", false},
+	{"TRACING_EXPORTER_PROTOCOL", "http", "--tracing-protocol", "with TRACING_ENABLED; upstream's default `http` applies then (throttlekit's own: `grpc`). The collector's address and headers come from the standard `OTEL_EXPORTER_OTLP_*` variables, read by the OpenTelemetry exporter as upstream's does", false},
+	{"TRACING_SAMPLING_RATE", "1", "--tracing-sampling-rate", "with TRACING_ENABLED; a call carrying trace context follows its caller's sampling decision", false},
 }
 
 // upstreamVarNamed returns the table's row for name.

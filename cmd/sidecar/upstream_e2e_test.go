@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"io"
 	"net"
@@ -37,6 +36,34 @@ func loopbackPort(t *testing.T) string {
 	return port
 }
 
+// dialRLSOverTLS is a RateLimitService client of addr over TLS as cfg
+// says; Cleanup closes it.
+func dialRLSOverTLS(t *testing.T, addr string, cfg *tls.Config) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+// runtimeRoot lays policy out as upstream reads its files, in
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/name with RUNTIME_SUBDIRECTORY
+// ratelimit (Envoy Gateway's), and returns RUNTIME_ROOT.
+func runtimeRoot(t *testing.T, name, policy string) string {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 // runAs runs the binary's entry point as argv under the environment e
 // alone, until it logs "serving"; Cleanup stops it.
 func runAs(t *testing.T, argv []string, e map[string]string) *sidecar {
@@ -56,14 +83,7 @@ func runAs(t *testing.T, argv []string, e map[string]string) *sidecar {
 // does, and say in one log line what it took and ignored.
 func TestServeWithOnlyTheUpstreamEnvironment(t *testing.T) {
 	r := testenv.StartRedis(t)
-	root := t.TempDir()
-	dir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "t.yaml"), []byte(testPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root := runtimeRoot(t, "t.yaml", testPolicy)
 	ca := newTestCA(t, "eg-ca")
 	srv := ca.issue(t, true, []string{"envoy-ratelimit.envoy-gateway-system.svc"}, "")
 	sec := newSecretDir(t, map[string][]byte{"tls.crt": srv.certPEM, "tls.key": srv.keyPEM, "ca.crt": ca.pem})
@@ -81,19 +101,12 @@ func TestServeWithOnlyTheUpstreamEnvironment(t *testing.T) {
 	}
 
 	// ShouldRateLimit, over mutual TLS: 5 a second, then OVER_LIMIT.
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
 	dial := func(cert *tls.Certificate) rlsv3.RateLimitServiceClient {
-		cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+		cfg := &tls.Config{RootCAs: ca.certPool(), ServerName: "127.0.0.1"}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{*cert}
 		}
-		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return rlsv3.NewRateLimitServiceClient(conn)
+		return dialRLSOverTLS(t, s.grpcAddr, cfg)
 	}
 	req := &rlsv3.RateLimitRequest{Domain: "t", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
@@ -198,9 +211,7 @@ func TestServeHTTPOverTLS(t *testing.T) {
 	if s.grpcAddr == "" {
 		t.Fatalf("serve did not start (exit %d)", s.code)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.certPool()}}}
 	resp, err := c.Get("https://" + s.httpAddr + "/healthz")
 	if err != nil {
 		t.Fatal(err)
@@ -215,5 +226,34 @@ func TestServeHTTPOverTLS(t *testing.T) {
 		if plain.StatusCode == http.StatusOK {
 			t.Error("plain HTTP answered 200 on the TLS listener")
 		}
+	}
+}
+
+// TestPrometheusAddrServesMetrics: USE_PROMETHEUS=true opens a listener of
+// its own at PROMETHEUS_ADDR serving /metrics, as upstream's does (Envoy
+// Gateway sets PROMETHEUS_ADDR=:19001 and its pods' scrape annotations
+// point there); /metrics stays on the HTTP listener too. Without
+// USE_PROMETHEUS, PROMETHEUS_ADDR opens nothing, as upstream.
+func TestPrometheusAddrServesMetrics(t *testing.T) {
+	port := loopbackPort(t)
+	startServe(t, nil, map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:" + port})
+	resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
+	if err != nil {
+		t.Fatalf("GET PROMETHEUS_ADDR/metrics: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "throttlekit_policy_reloads_total") {
+		t.Errorf("GET PROMETHEUS_ADDR/metrics: %d, throttlekit's metrics in it: %v", resp.StatusCode, strings.Contains(string(body), "throttlekit_"))
+	}
+
+	off := loopbackPort(t)
+	s := startServe(t, nil, map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": "127.0.0.1:" + off})
+	if conn, err := net.Dial("tcp", "127.0.0.1:"+off); err == nil {
+		conn.Close()
+		t.Error("PROMETHEUS_ADDR opened a listener with USE_PROMETHEUS=false")
+	}
+	if !strings.Contains(s.stderr.String(), "PROMETHEUS_ADDR (USE_PROMETHEUS is not true)") {
+		t.Error("the start log does not say PROMETHEUS_ADDR was ignored for want of USE_PROMETHEUS")
 	}
 }

@@ -211,6 +211,27 @@ func readUpstream(getenv func(string) string, force bool) (*upstreamEnv, error) 
 		}
 	}
 
+	// Prometheus: upstream serves it on a listener of its own.
+	if boolean("USE_PROMETHEUS") {
+		addr := value("PROMETHEUS_ADDR")
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			bad("PROMETHEUS_ADDR", "want host:port or :port (e.g. :19001)")
+		} else {
+			u.set("--metrics-addr", addr, !has("PROMETHEUS_ADDR"), "USE_PROMETHEUS", "PROMETHEUS_ADDR")
+		}
+	} else {
+		if has("USE_PROMETHEUS") {
+			u.seen["USE_PROMETHEUS"] = true // false: no listener of its own, as asked
+			u.taken = append(u.taken, "USE_PROMETHEUS")
+		}
+		if has("PROMETHEUS_ADDR") {
+			u.ignore("PROMETHEUS_ADDR", "USE_PROMETHEUS is not true")
+		}
+	}
+
+	// Tracing (tracing.go).
+	errs = append(errs, u.tracing(set, value)...)
+
 	// What is left is ignored, with the table's reason.
 	for _, v := range upstreamVars {
 		if has(v.name) && !u.seen[v.name] {

@@ -87,8 +87,13 @@ func TestUpstreamVariablesSetFlags(t *testing.T) {
 		{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(c *serveConfig) bool { return c.healthcheckPolicy }},
 		{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(c *serveConfig) bool { return c.healthcheckStore }},
 		{"USE_STATSD only: upstream's defaults, nothing else", map[string]string{"USE_STATSD": "false"}, func(c *serveConfig) bool {
-			return c.grpcAddr == "0.0.0.0:8081" && c.store == "memory"
+			return c.grpcAddr == "0.0.0.0:8081" && c.store == "memory" && c.metricsAddr == ""
 		}},
+		{"USE_PROMETHEUS and PROMETHEUS_ADDR (Envoy Gateway's)", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001"}, func(c *serveConfig) bool {
+			return c.metricsAddr == ":19001" && c.httpAddr == "0.0.0.0:8080"
+		}},
+		{"USE_PROMETHEUS alone: upstream's :9090", map[string]string{"USE_PROMETHEUS": "true"}, func(c *serveConfig) bool { return c.metricsAddr == ":9090" }},
+		{"PROMETHEUS_ADDR without USE_PROMETHEUS: no listener, as upstream", map[string]string{"PROMETHEUS_ADDR": ":19001"}, func(c *serveConfig) bool { return c.metricsAddr == "" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if c := parseUpstream(t, nil, tc.env); !tc.check(c) {
@@ -131,12 +136,17 @@ func TestEveryUpstreamVariableIsAccountedFor(t *testing.T) {
 		"HOST": "127.0.0.1", "PORT": "9090", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "9091", "GRPC_MAX_CONNECTION_AGE": "2h",
 		"LOG_LEVEL": "info", "LOG_FORMAT": "json", "CONFIG_TYPE": "FILE", "RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "rl",
 		"RUNTIME_APPDIRECTORY": "config", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "single", "REDIS_URL": "r:6379",
-		"REDIS_POOL_SIZE": "5", "REDIS_AUTH": "pw", "REDIS_TLS": "true", "BACKEND_TYPE": "redis",
+		"REDIS_POOL_SIZE": "5", "REDIS_AUTH": "pw", "REDIS_TLS": "true", "BACKEND_TYPE": "redis", "PROMETHEUS_ADDR": ":19001",
 	}
 	needs := map[string]map[string]string{
 		"REDIS_SOCKET_TYPE": {"REDIS_URL": "r:6379"}, "REDIS_TYPE": {"REDIS_URL": "r:6379"}, "REDIS_POOL_SIZE": {"REDIS_URL": "r:6379"},
 		"REDIS_AUTH": {"REDIS_URL": "r:6379"}, "REDIS_TLS": {"REDIS_URL": "r:6379"}, "BACKEND_TYPE": {"REDIS_URL": "r:6379"},
 		"GRPC_SERVER_USE_TLS": {"GRPC_SERVER_TLS_CERT": "/c", "GRPC_SERVER_TLS_KEY": "/k"},
+		"PROMETHEUS_ADDR":     {"USE_PROMETHEUS": "true"},
+	}
+	sample["TRACING_EXPORTER_PROTOCOL"], sample["TRACING_SAMPLING_RATE"] = "grpc", "0.5"
+	for _, name := range []string{"TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"} {
+		needs[name] = map[string]string{"TRACING_ENABLED": "true"}
 	}
 	for _, name := range []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"} {
 		needs[name] = map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c", "GRPC_SERVER_TLS_KEY": "/k", "GRPC_CLIENT_TLS_CACERT": "/ca"}
@@ -218,6 +228,8 @@ func TestBadUpstreamValuesSayWhatToFix(t *testing.T) {
 		{map[string]string{"GRPC_SERVER_USE_TLS": "yes please"}, `GRPC_SERVER_USE_TLS="yes please": want true or false`},
 		{map[string]string{"GRPC_UDS": "/tmp/rl.sock"}, "GRPC_UDS=\"/tmp/rl.sock\": throttlekit's gRPC listener is TCP only"},
 		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "forever"}, "--grpc-max-connection-age (from GRPC_MAX_CONNECTION_AGE)"},
+		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "19001"}, `PROMETHEUS_ADDR="19001": want host:port or :port`},
+		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":8080"}, "--metrics-addr :8080 is also"},
 	} {
 		_, err := parseServe(nil, env(tc.env), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

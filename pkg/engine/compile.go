@@ -73,6 +73,8 @@ type rule struct {
 	fair        *fairRule // non-nil: the limit is shared fairly among tenants
 	onError     policy.StoreErrorPolicy
 	stats       *ruleStats
+	mode        policy.Mode      // for traces
+	algorithm   policy.Algorithm // for traces; "" when unlimited or blocked
 }
 
 // compile turns set into a compiled policy. With build, it creates the
@@ -184,6 +186,7 @@ func (e *Engine) newRule(domain string, path []string, j int, pd *policy.Descrip
 		metricValue: pd.DetailedMetric || pd.ValueToMetric,
 		replaces:    l.Replaces,
 		onError:     pd.OnStoreError,
+		mode:        pd.Mode,
 		info:        LimitInfo{Name: l.Name, Unit: l.Unit, RequestsPerUnit: l.RequestsPerUnit, UnitMultiplier: max(l.UnitMultiplier, 1)},
 	}
 	if r.ref.Name == "" {
@@ -203,6 +206,7 @@ func (e *Engine) newRule(domain string, path []string, j int, pd *policy.Descrip
 			return nil, err
 		}
 		r.galeRule = gr
+		r.algorithm = cmp.Or(l.Algorithm, policy.FixedWindow)
 	}
 	state := fmt.Sprintf("%v|%d", r.galeRule.Algorithm, r.galeRule.Period/time.Microsecond)
 	if r.galeRule.Algorithm == gale.GCRA || r.galeRule.Algorithm == gale.TokenBucket {

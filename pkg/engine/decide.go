@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/policy"
 )
 
 // hit is one limit applied to one request descriptor.
@@ -181,7 +182,31 @@ func (e *Engine) decide(ctx context.Context, s *scratch, req *Request, now time.
 	}
 	e.statuses(s, req, resp)
 	e.record(req, hits)
+	if req.Trace != nil {
+		traceHits(req.Trace, req, hits)
+	}
 	return nil
+}
+
+// traceHits writes what the hits did into t.
+func traceHits(t *Trace, req *Request, hits []hit) {
+	t.Limits, t.StoreTrips = t.Limits[:0], 0
+	for j := range hits {
+		h := &hits[j]
+		tl := TracedLimit{
+			Descriptor: h.desc, Rule: h.r.ref, Mode: h.r.mode, Algorithm: h.r.algorithm,
+			Code: CodeOK, Shadow: h.shadow(), StoreTrips: int(h.d.Trips), Fallback: h.d.Fallback,
+			Refunded: h.d.Allowed && !h.d.Fallback && !h.took,
+		}
+		if h.over {
+			tl.Code = CodeOverLimit
+		}
+		if req.Descriptors[h.desc].Negative && h.r.lim != nil && h.r.mode != policy.Leased {
+			tl.StoreTrips = 1
+		}
+		t.StoreTrips += tl.StoreTrips
+		t.Limits = append(t.Limits, tl)
+	}
 }
 
 // match finds every limit that applies to each descriptor of req, in s.hits,

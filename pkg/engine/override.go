@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/policy"
 )
 
 // MaxOverrideRules bounds the distinct limits (unit, requests per unit) that
@@ -48,12 +49,15 @@ func (e *Engine) newOverrideRule(o Override) (*overrideRule, error) {
 	r := &overrideRule{rule: rule{
 		info: LimitInfo{Unit: o.Unit, RequestsPerUnit: o.RequestsPerUnit, UnitMultiplier: 1},
 		id:   "override:" + string(o.Unit) + ":" + strconv.FormatUint(uint64(o.RequestsPerUnit), 10),
+		ref:  RuleRef{Name: "override"},
+		mode: policy.Strict,
 	}}
 	if o.RequestsPerUnit == 0 {
 		r.blocked = true
 		return r, nil
 	}
 	r.galeRule = gale.Rule{Algorithm: gale.FixedWindow, Limit: int64(o.RequestsPerUnit), Period: o.Unit.Duration()}
+	r.algorithm = policy.FixedWindow
 	lim, err := gale.New(e.store, gale.Config{Rule: r.galeRule, StoreTimeout: e.opts.StoreTimeout, Clock: e.opts.Clock})
 	if err != nil {
 		return nil, err

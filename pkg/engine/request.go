@@ -17,6 +17,36 @@ type Request struct {
 	// HitsAddend is what each descriptor adds to its limits unless it says
 	// otherwise; 0 means 1.
 	HitsAddend uint32
+	// Trace, when not nil, is filled with what the decision did (for a
+	// tracing span); nil costs nothing.
+	Trace *Trace
+}
+
+// Trace is what DecideInto did for one request: every limit it asked, in
+// order. DecideInto resets it first. A caller may reuse one Trace across
+// requests.
+type Trace struct {
+	Limits []TracedLimit
+	// StoreTrips is the store round trips the request waited for, summed
+	// over its limits: 0 when every limit was decided locally.
+	StoreTrips int
+}
+
+// TracedLimit is one limit applied to one request descriptor.
+type TracedLimit struct {
+	Descriptor int     // the descriptor's index in the request
+	Rule       RuleRef // the rule's domain and metric name
+	Mode       policy.Mode
+	Algorithm  policy.Algorithm // "" for unlimited and blocked (requests_per_unit 0) rules
+	Code       Code             // this limit's verdict (OVER_LIMIT in shadow mode too)
+	Shadow     bool
+	// StoreTrips is the round trips this limit's check waited for (a
+	// negative hit's give-back counts one unless leased).
+	StoreTrips int
+	// Fallback: the store failed and on_store_error answered.
+	Fallback bool
+	// Refunded: the request was denied, so what this limit took went back.
+	Refunded bool
 }
 
 // Descriptor is one list of entries to limit on.

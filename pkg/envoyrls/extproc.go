@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
@@ -40,6 +41,7 @@ type ProcessorServer struct {
 	gates   GateChooser
 	now     func() time.Time
 	observe func(gate string, rtt time.Duration, o adaptive.Outcome)
+	tracer  trace.Tracer
 }
 
 // ProcessorOptions configure a ProcessorServer.
@@ -49,11 +51,14 @@ type ProcessorOptions struct {
 	// Observe, when set, is told every release: the gate, the RTT and the
 	// outcome (for an RTT histogram).
 	Observe func(gate string, rtt time.Duration, o adaptive.Outcome)
+	// Tracer, when set, makes each gated request a span from its request
+	// headers to its release (nil: no tracing).
+	Tracer trace.Tracer
 }
 
 // NewProcessorServer returns a server gating through g.
 func NewProcessorServer(g GateChooser, opts ProcessorOptions) *ProcessorServer {
-	s := &ProcessorServer{gates: g, now: opts.Now, observe: opts.Observe}
+	s := &ProcessorServer{gates: g, now: opts.Now, observe: opts.Observe, tracer: opts.Tracer}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -61,12 +66,13 @@ func NewProcessorServer(g GateChooser, opts ProcessorOptions) *ProcessorServer {
 }
 
 // release frees the slot and reports the request.
-func (s *ProcessorServer) release(l engine.Held, gate string, start time.Time, o adaptive.Outcome) {
+func (s *ProcessorServer) release(l engine.Held, gate string, start time.Time, o adaptive.Outcome, span gateSpan) {
 	now := s.now()
 	l.Release(now, o)
 	if s.observe != nil {
 		s.observe(gate, now.Sub(start), o)
 	}
+	span.released(o)
 }
 
 // Process handles one HTTP request's stream, in Envoy's message order:
@@ -78,10 +84,11 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 	var lease engine.Held
 	var gate string
 	var start time.Time
+	var span gateSpan
 	held := false
 	defer func() {
 		if held {
-			s.release(lease, gate, start, adaptive.Dropped)
+			s.release(lease, gate, start, adaptive.Dropped, span)
 		}
 	}()
 	for {
@@ -96,7 +103,7 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 		switch m := req.GetRequest().(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			if held { // a second request on one stream: Envoy never sends one
-				s.release(lease, gate, start, adaptive.Dropped)
+				s.release(lease, gate, start, adaptive.Dropped, span)
 				held = false
 			}
 			h := headersOf(m.RequestHeaders.GetHeaders())
@@ -106,15 +113,25 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 				break
 			}
 			start = s.now()
+			span = s.startGate(stream.Context(), h, choice.Name)
 			l, err := choice.Acquire(stream.Context(), start)
 			if err != nil {
 				if err := stream.Context().Err(); err != nil {
 					// Envoy went away while the request waited: CANCELLED
 					// or DEADLINE_EXCEEDED, not UNKNOWN.
-					return status.FromContextError(err).Err()
+					err = status.FromContextError(err).Err()
+					span.failed(err)
+					return err
 				}
 				resp = reject(choice, start)
+				if span.span != nil {
+					now := s.now()
+					span.rejected(choice.Limit(now), now.Sub(start))
+				}
 				break
+			}
+			if span.span != nil {
+				span.admitted(s.now().Sub(start))
 			}
 			lease, gate, held = l, choice.Name, true
 			resp = continueRequest()
@@ -124,7 +141,7 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 				if code, err := strconv.Atoi(headersOf(m.ResponseHeaders.GetHeaders()).get(":status")); err == nil && code >= 500 {
 					outcome = adaptive.Error
 				}
-				s.release(lease, gate, start, outcome)
+				s.release(lease, gate, start, outcome, span)
 				held = false
 			}
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}

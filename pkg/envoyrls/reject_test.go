@@ -60,7 +60,7 @@ func admitRequest(tb testing.TB, s *ProcessorServer, c engine.GateChoice) {
 		tb.Fatal(err)
 	}
 	answer = continueRequest()
-	s.release(l, c.Name, rt0, adaptive.OK)
+	s.release(l, c.Name, rt0, adaptive.OK, gateSpan{})
 }
 
 // TestRejectionCostIsIndependentOfHistory: turning a request away reads

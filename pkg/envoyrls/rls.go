@@ -15,6 +15,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -49,6 +50,7 @@ type RateLimitServer struct {
 	decider Decider
 	now     func() time.Time
 	headers bool
+	tracer  trace.Tracer // nil: no spans
 }
 
 // Options configure a RateLimitServer.
@@ -58,6 +60,9 @@ type Options struct {
 	Headers bool
 	// Now is the clock requests are stamped with (nil: time.Now).
 	Now func() time.Time
+	// Tracer, when set, makes each ShouldRateLimit a span (nil: no tracing,
+	// at no cost).
+	Tracer trace.Tracer
 }
 
 // NewRateLimitServer returns a server answering from d.
@@ -66,18 +71,30 @@ func NewRateLimitServer(d Decider, opts Options) *RateLimitServer {
 	if now == nil {
 		now = time.Now
 	}
-	return &RateLimitServer{decider: d, now: now, headers: opts.Headers}
+	return &RateLimitServer{decider: d, now: now, headers: opts.Headers, tracer: opts.Tracer}
 }
 
 // ShouldRateLimit answers one request. A malformed request gets
 // INVALID_ARGUMENT; a store failure under the "error" policy gets
 // UNAVAILABLE, which Envoy resolves with its failure_mode_deny.
+//
+// With a Tracer, each call is a span (trace.go), the child of the trace
+// context in the call's metadata.
 func (s *RateLimitServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.tracer != nil {
+		return s.shouldRateLimitTraced(ctx, req)
+	}
+	return s.decide(ctx, req, nil)
+}
+
+// decide answers req; tr, when not nil, is filled with what the engine did.
+func (s *RateLimitServer) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr *engine.Trace) (*rlsv3.RateLimitResponse, error) {
 	now := s.now()
 	ereq, err := Translate(req)
 	if err != nil {
 		return nil, GRPCError(err)
 	}
+	ereq.Trace = tr
 	resp := responses.Get().(*engine.Response)
 	defer responses.Put(resp)
 	if err := s.decider.DecideInto(ctx, ereq, now, resp); err != nil {

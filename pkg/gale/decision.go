@@ -28,6 +28,11 @@ type Decision struct {
 	// Fallback is true when the store failed and the decision came from the
 	// limiter's OnStoreError policy rather than from the store.
 	Fallback bool
+	// Trips is how many store round trips the check waited for: 0 when L1
+	// decided alone (a leased local hit, a cached denial), 1 for a strict
+	// check, and for a leased check one per lease or return it waited on
+	// (its own or another check's on the same key). For tracing.
+	Trips uint8
 	// WindowEnd names the store window the admitted units were counted in:
 	// its end, on the store's clock (as a Grant's WindowEnd). Refund gives
 	// the units back to that window and to no other. The zero time for a

@@ -3,6 +3,7 @@ package gale
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 )
 
@@ -27,7 +28,7 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost i
 	} else {
 		sh = l.l1.shard(key)
 	}
-	waited := false             // counters say "local" only for checks that never waited on the store
+	var trips uint8             // store round trips waited on; counters say "local" only for checks with none
 	var budget <-chan time.Time // fires at the request's store deadline (WithStoreBudget), once armed
 	var d Decision
 	for {
@@ -46,30 +47,34 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost i
 		}
 		if e == nil {
 			sh.mu.Unlock()
-			return l.checkStore(ctx, key, cost, now)
+			d, err := l.checkStore(ctx, key, cost, now)
+			d.Trips += trips
+			return d, err
 		}
 		st := l.m.Check(&e.st, now, cost, &d)
 		sh.stranded += st.Stranded
 		switch st.Kind {
 		case Served:
-			if !waited {
+			if trips == 0 {
 				sh.localHits++
 			}
+			d.Trips = trips
 			if st.Refill {
 				l.startLease(e, &st, now)
 			}
 			sh.mu.Unlock()
 			return d, nil
 		case Denied:
-			if !waited {
+			if trips == 0 {
 				sh.cachedDenials++
 			}
+			d.Trips = trips
 			sh.mu.Unlock()
 			return d, nil
 		case MustReturn:
 			r := Return{Credits: st.Credits, WindowEnd: e.st.WindowEnd, At: now}
 			sh.mu.Unlock()
-			waited = true
+			trips = min(trips+1, math.MaxUint8)
 			// A failed return only under-admits: the credits are gone.
 			_ = l.returnToStore(l.bg, key, r)
 			continue
@@ -79,7 +84,7 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost i
 			call = l.startLease(e, &st, now)
 		}
 		sh.mu.Unlock()
-		waited = true
+		trips = min(trips+1, math.MaxUint8)
 		if budget == nil {
 			if b, ok := storeBudget(ctx); ok {
 				// Not stopped: an unreferenced timer is collected (Go ≥
@@ -102,7 +107,9 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost i
 				l.abandon(sh, e, call, &st)
 			}
 			if gaveUp == errLeaseWait {
-				return l.failed(ctx, gaveUp)
+				d, err := l.failed(ctx, gaveUp)
+				d.Trips = trips
+				return d, err
 			}
 			return Decision{}, gaveUp
 		}
@@ -110,7 +117,9 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost i
 			return Decision{}, ErrClosed
 		}
 		if call.err != nil {
-			return l.failed(ctx, call.err)
+			d, err := l.failed(ctx, call.err)
+			d.Trips = trips
+			return d, err
 		}
 	}
 }

@@ -283,13 +283,15 @@ func (l *Limiter) checkStore(ctx context.Context, key string, cost int64, now ti
 	}
 	l.counters.storeChecks.Add(1)
 	if err != nil {
-		return l.failed(ctx, err)
+		d, err = l.failed(ctx, err)
 	}
-	return d, nil
+	d.Trips = 1
+	return d, err
 }
 
 func (l *Limiter) checkCachedDeny(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
 	if d, ok := l.l1.cachedDenial(key, cost, now); ok {
+		d.Trips = 0 // the remembered denial came from the store; this one does not
 		return d, nil
 	}
 	d, err := l.checkStore(ctx, key, cost, now)
