@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"math"
 	"slices"
 	"time"
 )
@@ -19,13 +18,13 @@ import (
 //     queue is reported apart (P99EndToEnd) and is at most Queue.Timeout.
 //   - a good request is one whose latency is at most GoodFactor × Base.
 //   - capacity is the completions per second the backend sustains at the
-//     concurrency where its mean latency reaches 2 × Base, which is
-//     c·Knee / (2·Base·E[J]) with E[J] = exp(Jitter²/2) by Little's law. For
-//     this backend that concurrency is also where throughput peaks, so no
-//     limit can complete more.
+//     concurrency where its throughput peaks (Backend.peak): for the
+//     quadratic model c·Knee / (2·Base·E[J]), where its mean latency reaches
+//     2 × Base. No limit can complete more.
 //   - goodput is the good completions per second of the window, compared
 //     with Target = min(Offered, Capacity), the most any gate could deliver.
-//     Offered is the scenario's arrival rate, not the (random) count drawn.
+//     Offered is the scenario's arrival rate, not the (random) count drawn;
+//     a closed loop has none (Offered 0), and its Target is Capacity.
 type Phase struct {
 	Start, From, End time.Duration
 	CapacityFactor   float64 // c
@@ -42,7 +41,8 @@ type Phase struct {
 	// settling time [Start, From) left out of the rest: the cost of
 	// converging.
 	SettleP99    time.Duration
-	Dropped      int     // rejected (queue full) or timed out in the window
+	Dropped      int     // rejected (queue full) or timed out in the queue in the window
+	Errors       int     // answered with an error, or given up by the client, in the window
 	MeanLimit    float64 // mean of the gate's limit at the window's ticks
 	MeanInflight float64 // mean in flight at the window's ticks
 }
@@ -61,11 +61,18 @@ func (s *Scenario) changes() []time.Duration {
 	return slices.Compact(at)
 }
 
-// analyze cuts a run into phases; done and drops are in time order.
-func analyze(sc *Scenario, rows []Row, done []completion, drops []time.Duration) []Phase {
-	ch := append(sc.changes(), sc.Duration)
+// analyze cuts a run that ended at end (the scenario's duration, or when a
+// closed loop's work was delivered) into phases; done, drops and failed are
+// in time order.
+func analyze(sc *Scenario, end time.Duration, rows []Row, done []completion, drops, failed []time.Duration) []Phase {
+	var ch []time.Duration
+	for _, t := range sc.changes() {
+		if t < end {
+			ch = append(ch, t)
+		}
+	}
+	ch = append(ch, end)
 	b := sc.Backend
-	meanJ := math.Exp(b.Jitter * b.Jitter / 2)
 	var out []Phase
 	for i := 0; i+1 < len(ch); i++ {
 		p := Phase{Start: ch[i], From: ch[i] + sc.Settle, End: ch[i+1]}
@@ -74,8 +81,11 @@ func analyze(sc *Scenario, rows []Row, done []completion, drops []time.Duration)
 		}
 		p.CapacityFactor = b.capacityAt(p.Start)
 		p.Offered, _ = sc.rateAt(p.Start)
-		p.Capacity = p.CapacityFactor * b.Knee / (2 * b.Base.Seconds() * meanJ)
+		_, p.Capacity = b.peak(p.CapacityFactor)
 		p.Target = min(p.Offered, p.Capacity)
+		if sc.Clients != nil {
+			p.Target = p.Capacity
+		}
 
 		in := func(t time.Duration) bool { return t >= p.From && t < p.End }
 		var service, e2e, settling []time.Duration
@@ -93,11 +103,8 @@ func analyze(sc *Scenario, rows []Row, done []completion, drops []time.Duration)
 			}
 		}
 		p.Completed = len(service)
-		for _, t := range drops {
-			if in(t) {
-				p.Dropped++
-			}
-		}
+		p.Dropped = countIn(drops, in)
+		p.Errors = countIn(failed, in)
 		slices.Sort(service)
 		slices.Sort(e2e)
 		p.P50, p.P99 = percentile(service, 0.50), percentile(service, 0.99)
@@ -124,4 +131,14 @@ func analyze(sc *Scenario, rows []Row, done []completion, drops []time.Duration)
 		out = append(out, p)
 	}
 	return out
+}
+
+func countIn(ts []time.Duration, in func(time.Duration) bool) int {
+	n := 0
+	for _, t := range ts {
+		if in(t) {
+			n++
+		}
+	}
+	return n
 }

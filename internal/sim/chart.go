@@ -82,16 +82,27 @@ func drawChart(dc draw.Canvas, sc *Scenario, results []*Result) error {
 		fmt.Sprintf("seed %d · base latency %v · grey verticals: capacity or load changes · good = latency ≤ %v",
 			sc.Seed, sc.Backend.Base, GoodFactor*sc.Backend.Base))
 
+	// A closed loop's work may be done long before the duration: draw to
+	// the end of the longest run.
+	xmax := sc.Duration.Seconds()
+	if sc.Clients != nil && sc.Clients.Requests > 0 {
+		xmax = 1
+		for _, res := range results {
+			if n := len(res.Rows); n > 0 {
+				xmax = max(xmax, res.Rows[n-1].T.Seconds())
+			}
+		}
+	}
 	body := dc
 	body.Max.Y -= titleHeight
 	plots := make([][]*plot.Plot, len(results))
 	for i, res := range results {
 		last := i == len(results)-1
-		left, err := countsPlot(sc, res, last)
+		left, err := countsPlot(sc, res, xmax, last)
 		if err != nil {
 			return err
 		}
-		right, err := latencyPlot(sc, res, last)
+		right, err := latencyPlot(sc, res, xmax, last)
 		if err != nil {
 			return err
 		}
@@ -115,7 +126,7 @@ var sansFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
 
 // newPlot returns a plot in the chart's style: sans fonts, a grid, the
 // legend at the top left, x in seconds.
-func newPlot(sc *Scenario, title, ylabel string, xlabel bool) *plot.Plot {
+func newPlot(xmax float64, title, ylabel string, xlabel bool) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
 	p.Title.TextStyle.Font = font.From(sansFont, 12)
@@ -128,7 +139,7 @@ func newPlot(sc *Scenario, title, ylabel string, xlabel bool) *plot.Plot {
 		a.Label.TextStyle.Font = font.From(sansFont, 11)
 		a.Tick.Label.Font = font.From(sansFont, 10)
 	}
-	p.X.Min, p.X.Max = 0, sc.Duration.Seconds()
+	p.X.Min, p.X.Max = 0, xmax
 	p.X.Tick.Marker = secondTicks{}
 	p.Y.Min = 0
 	p.Y.Tick.Marker = plainTicks{}
@@ -167,6 +178,9 @@ func addLine(p *plot.Plot, name string, pts plotter.XYs, c color.Color, width vg
 func addChanges(p *plot.Plot, sc *Scenario, ymax float64) error {
 	for _, t := range sc.changes()[1:] {
 		x := t.Seconds()
+		if x >= p.X.Max {
+			break
+		}
 		if err := addLine(p, "", plotter.XYs{{X: x, Y: 0}, {X: x, Y: ymax}}, colChange, vg.Points(1.2), false); err != nil {
 			return err
 		}
@@ -175,8 +189,8 @@ func addChanges(p *plot.Plot, sc *Scenario, ymax float64) error {
 	return nil
 }
 
-func countsPlot(sc *Scenario, res *Result, xlabel bool) (*plot.Plot, error) {
-	p := newPlot(sc, res.Controller+": limit and requests in flight", "requests", xlabel)
+func countsPlot(sc *Scenario, res *Result, xmax float64, xlabel bool) (*plot.Plot, error) {
+	p := newPlot(xmax, res.Controller+": limit and requests in flight", "requests", xlabel)
 	n := len(res.Rows)
 	limit, inflight := make(plotter.XYs, n), make(plotter.XYs, n)
 	ymax := 1.0
@@ -196,13 +210,23 @@ func countsPlot(sc *Scenario, res *Result, xlabel bool) (*plot.Plot, error) {
 		knee = append(knee, plotter.XY{X: t.Seconds(), Y: b.capacityAt(t) * b.Knee})
 		ymax = max(ymax, b.capacityAt(t)*b.Knee)
 	}
-	knee = append(knee, plotter.XY{X: sc.Duration.Seconds(), Y: knee[len(knee)-1].Y})
+	knee = append(knee, plotter.XY{X: xmax, Y: knee[len(knee)-1].Y})
 	ymax *= 1.5 // room for the legend
 	if err := addChanges(p, sc, ymax); err != nil {
 		return nil, err
 	}
-	if err := addLine(p, "c·knee: latency = 2× base at this concurrency", knee, colRef, vg.Points(1.2), true); err != nil {
+	kneeLabel := "c·knee: latency = 2× base at this concurrency"
+	if b.Latency != Quadratic {
+		kneeLabel = "c·knee: latency rises above this concurrency"
+	}
+	if err := addLine(p, kneeLabel, knee, colRef, vg.Points(1.2), true); err != nil {
 		return nil, err
+	}
+	if cc := b.ConcurrencyCap; cc != nil {
+		capLine := plotter.XYs{{X: 0, Y: float64(cc.Limit)}, {X: xmax, Y: float64(cc.Limit)}}
+		if err := addLine(p, fmt.Sprintf("backend cap (%s above)", cc.Action), capLine, colP95, vg.Points(1.2), true); err != nil {
+			return nil, err
+		}
 	}
 	if err := addLine(p, "in flight", inflight, colInflight, vg.Points(1.5), false); err != nil {
 		return nil, err
@@ -213,8 +237,8 @@ func countsPlot(sc *Scenario, res *Result, xlabel bool) (*plot.Plot, error) {
 	return p, nil
 }
 
-func latencyPlot(sc *Scenario, res *Result, xlabel bool) (*plot.Plot, error) {
-	p := newPlot(sc, res.Controller+": p95 service latency per second", "milliseconds", xlabel)
+func latencyPlot(sc *Scenario, res *Result, xmax float64, xlabel bool) (*plot.Plot, error) {
+	p := newPlot(xmax, res.Controller+": p95 service latency per second", "milliseconds", xlabel)
 	good := ms(GoodFactor * sc.Backend.Base)
 	p95 := make(plotter.XYs, len(res.Rows))
 	ymax := good
@@ -226,7 +250,7 @@ func latencyPlot(sc *Scenario, res *Result, xlabel bool) (*plot.Plot, error) {
 	if err := addChanges(p, sc, ymax); err != nil {
 		return nil, err
 	}
-	ref := plotter.XYs{{X: 0, Y: good}, {X: sc.Duration.Seconds(), Y: good}}
+	ref := plotter.XYs{{X: 0, Y: good}, {X: xmax, Y: good}}
 	if err := addLine(p, fmt.Sprintf("2× base = %v", GoodFactor*sc.Backend.Base), ref, colRef, vg.Points(1.2), true); err != nil {
 		return nil, err
 	}

@@ -204,8 +204,12 @@ func (r *reader) int(n *yaml.Node, f string, dst *int) {
 }
 
 var (
-	scenarioKeys   = []string{"name", "description", "seed", "duration", "settle", "backend", "load", "queue", "controllers"}
-	backendKeys    = []string{"base_latency", "knee", "jitter", "capacity"}
+	scenarioKeys   = []string{"name", "description", "seed", "duration", "settle", "backend", "load", "clients", "queue", "controllers"}
+	backendKeys    = []string{"base_latency", "knee", "jitter", "capacity", "latency", "growth", "jitter_dist", "concurrency_cap", "rate_cap"}
+	concCapKeys    = []string{"limit", "action", "defer_latency"}
+	rateCapKeys    = []string{"rate", "burst", "action", "defer_latency"}
+	clientsKeys    = []string{"count", "requests", "timeout", "retries", "backoff", "think"}
+	backoffKeys    = []string{"base", "cap"}
 	capacityKeys   = []string{"at", "factor"}
 	loadKeys       = []string{"at", "rate"}
 	queueKeys      = []string{"max", "timeout"}
@@ -246,6 +250,9 @@ func (r *reader) scenario(n *yaml.Node, s *Scenario) {
 				})
 				s.Load = append(s.Load, st)
 			})
+		case "clients":
+			s.Clients = &Clients{Retries: DefaultRetries, Backoff: Backoff{Base: DefaultBackoffBase, Cap: DefaultBackoffCap}}
+			r.clients(val, f, s.Clients)
 		case "queue":
 			r.fields(val, f, "the queue", queueKeys, func(key string, val *yaml.Node, f string) {
 				if key == "max" {
@@ -286,8 +293,83 @@ func (r *reader) backend(n *yaml.Node, field string, b *Backend) {
 				})
 				b.Capacity = append(b.Capacity, st)
 			})
+		case "latency":
+			r.enum(val, f, latencyModels, (*uint8)(&b.Latency))
+		case "growth":
+			r.float(val, f, &b.Growth)
+		case "jitter_dist":
+			r.enum(val, f, jitterDists, (*uint8)(&b.JitterDist))
+		case "concurrency_cap":
+			b.ConcurrencyCap = &ConcurrencyCap{}
+			cc := b.ConcurrencyCap
+			r.backendCap(val, f, "a concurrency cap", concCapKeys, &cc.Refusal, func(_ string, val *yaml.Node, f string) {
+				r.int(val, f, &cc.Limit)
+			})
+		case "rate_cap":
+			b.RateCap = &RateCap{}
+			rc := b.RateCap
+			r.backendCap(val, f, "a rate cap", rateCapKeys, &rc.Refusal, func(key string, val *yaml.Node, f string) {
+				if key == "rate" {
+					r.float(val, f, &rc.Rate)
+				} else {
+					r.int(val, f, &rc.Burst)
+				}
+			})
 		}
 	})
+}
+
+// backendCap reads a cap: its own keys through set, and its Refusal.
+func (r *reader) backendCap(n *yaml.Node, field, what string, keys []string, ref *Refusal, set func(key string, val *yaml.Node, f string)) {
+	r.fields(n, field, what, keys, func(key string, val *yaml.Node, f string) {
+		switch key {
+		case "action":
+			r.enum(val, f, capActions, (*uint8)(&ref.Action))
+		case "defer_latency":
+			r.duration(val, f, &ref.DeferLatency)
+		default:
+			set(key, val, f)
+		}
+	})
+}
+
+func (r *reader) clients(n *yaml.Node, field string, c *Clients) {
+	r.fields(n, field, "the clients", clientsKeys, func(key string, val *yaml.Node, f string) {
+		switch key {
+		case "count":
+			r.int(val, f, &c.Count)
+		case "requests":
+			r.int(val, f, &c.Requests)
+		case "timeout":
+			r.duration(val, f, &c.Timeout)
+		case "retries":
+			r.int(val, f, &c.Retries)
+		case "think":
+			r.duration(val, f, &c.Think)
+		case "backoff":
+			r.fields(val, f, "the backoff", backoffKeys, func(key string, val *yaml.Node, f string) {
+				if key == "base" {
+					r.duration(val, f, &c.Backoff.Base)
+				} else {
+					r.duration(val, f, &c.Backoff.Cap)
+				}
+			})
+		}
+	})
+}
+
+// enum sets *dst to the index of n's value in names.
+func (r *reader) enum(n *yaml.Node, f string, names []string, dst *uint8) {
+	s, ok := r.scalar(n, f)
+	if !ok {
+		return
+	}
+	i := slices.Index(names, s)
+	if i < 0 {
+		r.errorf(n, f, "must be one of %s, not %q", strings.Join(names, ", "), s)
+		return
+	}
+	*dst = uint8(i)
 }
 
 func (r *reader) controller(n *yaml.Node, field string, c *ControllerSpec) {

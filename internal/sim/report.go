@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -12,11 +13,20 @@ import (
 // csvHeader names WriteCSV's columns.
 const csvHeader = "t_s,capacity,offered_rps,arrived,limit,inflight,queued,p95_ms,admitted,rejected,timed_out,completed,good\n"
 
-// WriteCSV writes res's rows, one per second, with a header line. The same
-// Result always gives the same bytes.
+// csvExtended names the columns WriteCSV adds for a scenario with clients
+// or a backend cap.
+const csvExtended = ",errors,client_timeouts,retries,backend"
+
+// WriteCSV writes res's rows, one per second, with a header line; a
+// scenario with clients or a backend cap adds the columns csvExtended names.
+// The same Result always gives the same bytes.
 func WriteCSV(w io.Writer, res *Result) error {
 	bw := bufio.NewWriter(w)
-	bw.WriteString(csvHeader)
+	if res.extended {
+		bw.WriteString(strings.TrimSuffix(csvHeader, "\n") + csvExtended + "\n")
+	} else {
+		bw.WriteString(csvHeader)
+	}
 	var buf []byte
 	for _, r := range res.Rows {
 		buf = buf[:0]
@@ -34,6 +44,12 @@ func WriteCSV(w io.Writer, res *Result) error {
 		for _, n := range []int{r.Admitted, r.Rejected, r.TimedOut, r.Completed, r.Good} {
 			buf = append(buf, ',')
 			buf = strconv.AppendInt(buf, int64(n), 10)
+		}
+		if res.extended {
+			for _, n := range []int{r.Errors, r.ClientTimeouts, r.Retries, r.Backend} {
+				buf = append(buf, ',')
+				buf = strconv.AppendInt(buf, int64(n), 10)
+			}
 		}
 		buf = append(buf, '\n')
 		bw.Write(buf)
@@ -69,8 +85,15 @@ func WriteSummary(w io.Writer, sc *Scenario, results []*Result) error {
 		return bw.Flush()
 	}
 	for i, p := range results[0].Phases {
-		fmt.Fprintf(bw, "\nphase %v–%v (judged from %v): capacity ×%.3g = %.0f req/s, offered %.0f req/s\n",
-			p.Start, p.End, p.From, p.CapacityFactor, p.Capacity, p.Offered)
+		offered := fmt.Sprintf("offered %.0f req/s", p.Offered)
+		if c := sc.Clients; c != nil {
+			// A closed loop's phases end with its work, so they may differ
+			// by controller; the first controller's are printed.
+			offered = fmt.Sprintf("closed loop, %d clients", c.Count)
+		}
+		round := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) } // a closed loop ends mid-second
+		fmt.Fprintf(bw, "\nphase %v–%v (judged from %v): capacity ×%.3g = %.0f req/s, %s\n",
+			round(p.Start), round(p.End), round(p.From), p.CapacityFactor, p.Capacity, offered)
 		tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "controller\tlimit\tinflight\tp50\tp99\tp99 e2e\tgoodput\tgoodput%\tdropped\tverdict\tp99 settling\t")
 		for _, res := range results {
@@ -89,7 +112,45 @@ func WriteSummary(w io.Writer, sc *Scenario, results []*Result) error {
 		fmt.Fprintf(bw, " %s %d", res.Controller, res.LimitChanges)
 	}
 	fmt.Fprintln(bw)
+	if sc.extended() {
+		fmt.Fprintln(bw)
+		if err := writeStats(bw, sc, results); err != nil {
+			return err
+		}
+	}
 	return bw.Flush()
+}
+
+// WriteStats writes one line per controller of the whole run's Stats: when
+// the work was done, how the attempts ended, the time-weighted levels and
+// the latency. WriteSummary ends with it for a scenario with clients or a
+// backend cap.
+func WriteStats(w io.Writer, sc *Scenario, results []*Result) error {
+	bw := bufio.NewWriter(w)
+	if err := writeStats(bw, sc, results); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func writeStats(w io.Writer, sc *Scenario, results []*Result) error {
+	_, peak := sc.Backend.peak(1)
+	fmt.Fprintf(w, "whole run: in flight, limit and backend time-weighted (settled: in flight from %v on); latency/base: mean OK service latency over %v; peak throughput %.0f req/s\n",
+		sc.Settle, sc.Backend.Base, peak)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "controller\tend\tdelivered\tfailed\tok\terrors\ttimeouts\trejected\tretries\tinflight\tmax\tsettled\tlimit\tmax\tbackend\tlatency/base\tp50\tp99\tp99 e2e\tthroughput\t")
+	for _, res := range results {
+		st := res.Stats
+		end := st.End.Round(time.Millisecond).String()
+		if sc.Clients != nil && sc.Clients.Requests > 0 && !st.Finished {
+			end = "unfinished"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%.1f\t%.1f\t%d\t%.1f\t%.2f\t%.1fms\t%.1fms\t%.1fms\t%.0f/s\t\n",
+			res.Controller, end, st.Delivered, st.Failed, st.OK, st.Errors, st.Timeouts, st.Rejected, st.Retries,
+			st.MeanInflight, st.MaxInflight, st.Settled.MeanInflight, st.MeanLimit, st.MaxLimit, st.MeanBackend, st.LatencyRatio,
+			ms(st.P50), ms(st.P99), ms(st.P99EndToEnd), st.Throughput)
+	}
+	return tw.Flush()
 }
 
 // MeetsBounds reports whether phase p keeps p99 latency within

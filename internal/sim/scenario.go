@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -29,9 +30,14 @@ type Scenario struct {
 	// Settle is the time after each change (the start, a capacity step, a
 	// load step) that phase statistics leave out, so they judge controllers
 	// once converged. 0 ≤ Settle.
-	Settle      time.Duration
-	Backend     Backend
-	Load        []RateStep // Invariant: Load[0].At == 0, At strictly increasing
+	Settle  time.Duration
+	Backend Backend
+	// Load is the open-loop load: Poisson arrivals at a stepped rate. Either
+	// Load or Clients is given, not both.
+	// Invariant: Load[0].At == 0, At strictly increasing.
+	Load []RateStep
+	// Clients is the closed-loop load (see Clients); nil for open loop.
+	Clients     *Clients
 	Queue       Queue
 	Controllers []ControllerSpec // Invariant: names unique
 }
@@ -39,21 +45,194 @@ type Scenario struct {
 // Backend is the simulated service. A request admitted while n requests are
 // at the backend (itself included) and the capacity factor is c takes
 //
-//	latency = (Base + k·(n/c)²) · J,  k = Base/Knee²
-//	        = Base · (1 + (n/(c·Knee))²) · J
+//	latency = Base · shape(n/c) · J
 //
-// where J is the request's jitter multiplier (lognormal, median 1, log-sigma
-// Jitter). Its latency is fixed when it is admitted. c scales the concurrency
-// the backend absorbs: at capacity c, latency reaches 2×Base at n = c·Knee,
-// which is also the concurrency of peak throughput, c·Knee / (2·Base·E[J]).
+// where J is the request's jitter multiplier (see JitterDist) and shape is
+// the Latency model's, with K = Knee and G = Growth:
+//
+//	quadratic    shape(x) = 1 + (x/K)²          2× Base at x = K, peak throughput there
+//	linear       shape(x) = max(1, x/K)         flat to K, then each request adds Base/K and no throughput
+//	exponential  shape(x) = G^max(0, x − K)     flat to K, then × G per request
+//
+// Its latency is fixed when it is admitted. c scales the concurrency the
+// backend absorbs: every model at capacity c behaves as at capacity 1 with
+// c times fewer requests. For the quadratic model, the default, this is
+// today's (Base + k·(n/c)²)·J with k = Base/Knee².
+//
+// The backend may also refuse work: above ConcurrencyCap or RateCap it
+// answers a fast error or drops the request (see CapAction).
 type Backend struct {
 	Base   time.Duration // no-load latency (the median when Jitter > 0); > 0
-	Knee   float64       // concurrency at which latency is 2×Base when c = 1; > 0
-	Jitter float64       // log-sigma of the latency multiplier; 0 = none; in [0, 1]
+	Knee   float64       // concurrency at which the model turns (see above) when c = 1; > 0
+	Jitter float64       // spread of the latency multiplier J; 0 = none; in [0, 1]
 	// Capacity steps the capacity factor c; empty means 1 throughout.
 	// Invariant: Capacity[0].At == 0, At strictly increasing.
 	Capacity []CapacityStep
+	// Latency is the shape of latency against concurrency; the zero value
+	// is Quadratic.
+	Latency LatencyModel
+	// Growth is the exponential model's factor per request above the knee,
+	// in (1, 10]; 0 for the other models.
+	Growth float64
+	// JitterDist is J's distribution; the zero value is JitterLognormal.
+	JitterDist JitterDist
+	// ConcurrencyCap, if set, refuses a request that would take the
+	// backend's concurrency above a limit.
+	ConcurrencyCap *ConcurrencyCap
+	// RateCap, if set, refuses requests above a rate.
+	RateCap *RateCap
 }
+
+// LatencyModel is the shape of a backend's latency against its concurrency;
+// see Backend.
+type LatencyModel uint8
+
+// The latency models.
+const (
+	Quadratic LatencyModel = iota
+	Linear
+	Exponential
+)
+
+var latencyModels = []string{"quadratic", "linear", "exponential"}
+
+// String returns the model's name in a scenario file.
+func (m LatencyModel) String() string { return enumName(latencyModels, int(m)) }
+
+// JitterDist is the distribution of a request's latency multiplier J, with
+// s = Backend.Jitter:
+//
+//	lognormal    J = exp(s·Z), Z standard normal: median 1, E[J] = exp(s²/2)
+//	exponential  J = 1 + s·E, E exponential with mean 1: minimum 1, E[J] = 1 + s
+//
+// The exponential form is the jitter of Vector's adaptive-concurrency test
+// harness: no request is faster than Base.
+type JitterDist uint8
+
+// The jitter distributions.
+const (
+	JitterLognormal JitterDist = iota
+	JitterExponential
+)
+
+var jitterDists = []string{"lognormal", "exponential"}
+
+// String returns the distribution's name in a scenario file.
+func (d JitterDist) String() string { return enumName(jitterDists, int(d)) }
+
+// CapAction is what a backend does with a request above one of its caps.
+type CapAction uint8
+
+const (
+	// Defer answers the request with an error after a short latency (see
+	// ConcurrencyCap.DeferLatency); the gate's lease is released with
+	// adaptive.Error, and a closed-loop client retries. While it is being
+	// answered the request counts in the backend's concurrency.
+	Defer CapAction = iota
+	// Drop loses the request: the backend forgets it at once and never
+	// answers, so only the client's timeout ends it (adaptive.Timeout).
+	// Drop needs Clients: an open-loop request has no timeout.
+	Drop
+)
+
+var capActions = []string{"defer", "drop"}
+
+// String returns the action's name in a scenario file.
+func (a CapAction) String() string { return enumName(capActions, int(a)) }
+
+func enumName(names []string, i int) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("%d", i)
+}
+
+// ConcurrencyCap refuses a request that arrives while Limit requests are at
+// the backend (deferred ones being answered included, dropped ones not): as
+// in Vector's harness, the (Limit+1)-th is refused.
+type ConcurrencyCap struct {
+	Limit int // ≥ 1
+	Refusal
+}
+
+// RateCap refuses requests above Rate per second, by a token bucket: it
+// holds up to Burst tokens, refills at Rate per second, and each request the
+// backend accepts takes one; a request finding less than one token is
+// refused. Refused requests take no token. The bucket starts full.
+type RateCap struct {
+	Rate  float64 // requests per second; > 0
+	Burst int     // the bucket's size; 0 means max(1, ⌊Rate⌋), one second's worth
+	Refusal
+}
+
+// Refusal is how a backend refuses a request above one of its caps.
+type Refusal struct {
+	Action CapAction
+	// DeferLatency is how long a deferral takes to answer; 0 means the
+	// no-load latency, Base·J, as in Vector's harness.
+	DeferLatency time.Duration
+}
+
+// burst returns the bucket's size.
+func (rc *RateCap) burst() float64 {
+	if rc.Burst > 0 {
+		return float64(rc.Burst)
+	}
+	return max(1, math.Floor(rc.Rate))
+}
+
+// Clients is a closed-loop load: Count clients, each with one request
+// outstanding at a time. A client issues an attempt, waits for its answer or
+// for Timeout, and then either thinks for Think and starts its next request
+// (after an OK, or after giving up) or, after a failure (an error answer, a
+// timeout, a gate rejection), retries after Backoff.Delay — up to Retries
+// times per request.
+//
+// The work is Requests requests delivered (answered OK) in all; a client
+// starts a new request only while fewer than Requests are delivered or in
+// progress, and the run ends when the last is delivered. With Requests 0
+// the clients work until Scenario.Duration, which also bounds a run whose
+// work is unfinished.
+//
+// An attempt's Timeout runs from when the client issues it, so it covers
+// the gate's queue and the backend. When it fires the client gives up on the
+// attempt: if the attempt is queued it leaves the queue (no sample); if it
+// was admitted, its lease is released with adaptive.Timeout at that instant,
+// which is what a proxy sees when the downstream resets. The backend keeps
+// working on an abandoned request until its latency is up (it counts in the
+// backend's concurrency till then, but its answer goes nowhere), unless the
+// backend dropped it.
+type Clients struct {
+	Count    int           // ≥ 1
+	Requests int           // requests to deliver; 0: work for the whole Duration
+	Timeout  time.Duration // per attempt; > 0
+	Retries  int           // retries of one request after its first attempt; ≥ 0
+	Backoff  Backoff
+	Think    time.Duration // pause before a client's next request; ≥ 0
+}
+
+// Backoff is capped Fibonacci backoff: the wait before the k-th retry of a
+// request (k = 1, 2, …) is min(Cap, Base·F(k)) with F = 1, 1, 2, 3, 5, 8, …
+type Backoff struct {
+	Base time.Duration // > 0
+	Cap  time.Duration // ≥ Base
+}
+
+// Delay returns the wait before the k-th retry; k < 1 counts as 1.
+func (b Backoff) Delay(k int) time.Duration {
+	var prev, cur time.Duration = 0, b.Base // F(i−1)·Base, F(i)·Base, from i = 1
+	for i := 1; i < k && cur < b.Cap; i++ {
+		prev, cur = cur, prev+cur
+	}
+	return min(cur, b.Cap)
+}
+
+// Defaults for Clients' zero fields as a scenario file reads them.
+const (
+	DefaultRetries     = 3
+	DefaultBackoffBase = 100 * time.Millisecond
+	DefaultBackoffCap  = 5 * time.Second
+)
 
 // CapacityStep sets the backend's capacity factor from At on.
 type CapacityStep struct {
@@ -110,18 +289,6 @@ type Param struct {
 	Line  int
 }
 
-// capacityAt returns the capacity factor in force at t.
-func (b Backend) capacityAt(t time.Duration) float64 {
-	f := 1.0
-	for _, s := range b.Capacity {
-		if s.At > t {
-			break
-		}
-		f = s.Factor
-	}
-	return f
-}
-
 // rateAt returns the arrival rate in force at t and when it next changes
 // (end, or the scenario's duration).
 func (s *Scenario) rateAt(t time.Duration) (rate float64, end time.Duration) {
@@ -171,113 +338,8 @@ func (es Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Validate checks a scenario built in code (Load and Parse already have) and
-// returns Errors, or nil. It also builds each controller once, so bad
-// parameters are reported here rather than by Run.
-func (s *Scenario) Validate() error {
-	v := &validator{file: s.File}
-	v.check(s)
-	if len(v.errs) == 0 {
-		return nil
-	}
-	return v.errs
-}
-
-type validator struct {
-	file string
-	errs Errors
-	line func(field string) int // where a field was written; nil in code
-}
-
-func (v *validator) errorf(field, format string, args ...any) {
-	line := 0
-	if v.line != nil {
-		line = v.line(field)
-	}
-	v.errs = append(v.errs, &Error{File: v.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
-}
-
-// maxRate bounds the arrival rate so a typo cannot make a run take hours.
-const maxRate = 100_000
-
-func (v *validator) check(s *Scenario) {
-	if s.Duration <= 0 {
-		v.errorf("duration", "must be a positive duration such as 240s, not %v", s.Duration)
-	} else if s.Duration > 24*time.Hour {
-		v.errorf("duration", "%v is more than the 24h a simulation may cover", s.Duration)
-	}
-	if s.Settle < 0 || (s.Duration > 0 && s.Settle >= s.Duration) {
-		v.errorf("settle", "must lie in [0, duration), not %v", s.Settle)
-	}
-	b := s.Backend
-	if b.Base <= 0 {
-		v.errorf("backend.base_latency", "must be a positive duration such as 50ms, not %v", b.Base)
-	}
-	if !(b.Knee > 0) || b.Knee > 1e6 {
-		v.errorf("backend.knee", "must be a concurrency in (0, 1e6], not %v", b.Knee)
-	}
-	if !(b.Jitter >= 0 && b.Jitter <= 1) {
-		v.errorf("backend.jitter", "must lie in [0, 1] (a lognormal sigma; 0.05 is ±5%%), not %v", b.Jitter)
-	}
-	for i, st := range b.Capacity {
-		f := fmt.Sprintf("backend.capacity[%d]", i)
-		v.step(f, i, st.At, prevAt(b.Capacity, i, func(c CapacityStep) time.Duration { return c.At }), s.Duration)
-		if !(st.Factor > 0 && st.Factor <= 100) {
-			v.errorf(f+".factor", "must lie in (0, 100] (1 is the healthy backend), not %v", st.Factor)
-		}
-	}
-	if len(s.Load) == 0 {
-		v.errorf("load", "needs at least one step: load: [{at: 0s, rate: 300}]")
-	}
-	for i, st := range s.Load {
-		f := fmt.Sprintf("load[%d]", i)
-		v.step(f, i, st.At, prevAt(s.Load, i, func(r RateStep) time.Duration { return r.At }), s.Duration)
-		if !(st.Rate >= 0 && st.Rate <= maxRate) {
-			v.errorf(f+".rate", "must be requests per second in [0, %d], not %v", maxRate, st.Rate)
-		}
-	}
-	if s.Queue.Max < 0 || s.Queue.Max > 1_000_000 {
-		v.errorf("queue.max", "must lie in [0, 1000000], not %d", s.Queue.Max)
-	}
-	if s.Queue.Timeout < 0 || (s.Queue.Max > 0 && s.Queue.Timeout == 0) {
-		v.errorf("queue.timeout", "must be a positive duration when queue.max > 0, not %v", s.Queue.Timeout)
-	}
-	if len(s.Controllers) == 0 {
-		v.errorf("controllers", "needs at least one controller: controllers: [{kind: gradient2}]")
-	}
-	seen := map[string]int{}
-	for i, c := range s.Controllers {
-		f := fmt.Sprintf("controllers[%d]", i)
-		if j, dup := seen[c.Name]; dup {
-			v.errorf(f+".name", "%q is already the name of controllers[%d]; give one a distinct name", c.Name, j)
-		}
-		seen[c.Name] = i
-		if _, err := c.build(s.Seed); err != nil {
-			if pe, ok := err.(*paramError); ok {
-				v.errorf(f+"."+pe.field, "%s", pe.msg)
-			} else {
-				v.errorf(f, "%v", err)
-			}
-		}
-	}
-}
-
-// step checks one entry of a step list: the first at 0, then increasing, and
-// all before the end of the run.
-func (v *validator) step(field string, i int, at, prev, dur time.Duration) {
-	switch {
-	case i == 0 && at != 0:
-		v.errorf(field+".at", "the first step must be at 0s, not %v", at)
-	case i > 0 && at <= prev:
-		v.errorf(field+".at", "%v is not after the previous step's %v; steps must be in time order", at, prev)
-	case dur > 0 && at >= dur:
-		v.errorf(field+".at", "%v is not before the end of the run (duration %v)", at, dur)
-	}
-}
-
-func prevAt[T any](steps []T, i int, at func(T) time.Duration) time.Duration {
-	if i == 0 {
-		return -1
-	}
-	return at(steps[i-1])
+// extended reports whether s uses closed-loop clients or a backend cap,
+// whose columns its CSV then carries.
+func (s *Scenario) extended() bool {
+	return s.Clients != nil || s.Backend.ConcurrencyCap != nil || s.Backend.RateCap != nil
 }
