@@ -14,36 +14,62 @@ type AIMDConfig struct {
 	MinLimit, MaxLimit, InitialLimit int
 	// Increase is added to the limit per good sample. 0 means 1.
 	Increase int
-	// Backoff multiplies the limit on a bad sample, in (0, 1). 0 means 0.9.
+	// Backoff multiplies the limit on a bad sample, in (0, 1). 0 means 0.95.
 	Backoff float64
-	// Timeout is the RTT above which even an OK sample is bad. 0 means 5s.
+	// Timeout is the RTT above which even an OK sample is bad. 0 means
+	// relative to the no-load RTT: Tolerance × the minimum RTT of the last
+	// RTTWindow OK samples, so the threshold fits the backend (an absolute
+	// default either never fires before a client's own timeout or fires on
+	// every request of a slow backend).
 	Timeout time.Duration
+	// Tolerance, with Timeout 0, is how far the RTT may rise above the
+	// no-load RTT before a sample is bad; at least 1. 0 means 1.85.
+	Tolerance float64
+	// RTTWindow, with Timeout 0, is how many recent OK samples the no-load
+	// RTT is the minimum of. 0 means every OK sample since the last
+	// recalibration (DefaultRTTWindow with recalibration off).
+	RTTWindow int
+	// Recalibration re-measures the no-load RTT, with Timeout 0; on by
+	// default (see Recalibration). With an absolute Timeout it must be left
+	// zero.
+	Recalibration Recalibration
 	// MinUtilization: a sample admitted with Inflight < limit·MinUtilization
-	// cannot raise the limit. 0 means 0.5; a negative value disables the
-	// guard.
+	// cannot raise the limit. 0 means 1 (see Gradient2Config): AIMD adds
+	// to the limit on every good sample, so with a lower guard a backlog
+	// draining into a raised limit doubles it every round trip and
+	// overshoots the knee by as much; a negative value disables the guard.
 	MinUtilization float64
 }
 
 // Defaults for AIMDConfig's zero fields.
 const (
-	DefaultAIMDIncrease = 1
-	DefaultAIMDBackoff  = 0.9
-	DefaultAIMDTimeout  = 5 * time.Second
+	DefaultAIMDIncrease  = 1
+	DefaultAIMDBackoff   = 0.95
+	DefaultAIMDTolerance = 1.85
 )
 
 // AIMD is additive increase, multiplicative decrease: a good sample (OK, RTT
-// ≤ Timeout, admitted near the limit) adds Increase; a bad one (Error,
-// Timeout, Dropped, or RTT > Timeout) multiplies the limit by Backoff,
-// rounding down, so it always shrinks by at least one until MinLimit.
+// within the threshold, admitted near the limit) adds Increase; a bad one
+// (Error, Timeout, Dropped, or RTT above the threshold) multiplies the limit
+// by Backoff, rounding down, so it always shrinks by at least one until
+// MinLimit. The threshold is Timeout, or, by default, Tolerance × the
+// no-load RTT (the minimum over the last RTTWindow OK samples).
 //
 // An AIMD is not safe for concurrent use; see Controller.
 type AIMD struct {
 	b        bounds
 	increase int
 	backoff  float64
-	timeout  time.Duration
+	timeout  time.Duration // 0: relative to noload
+	after    time.Duration // the threshold in force: timeout, or tol × noload (0 before the first OK sample)
+	tol      float64
+	noload   *minWindow // nil with an absolute timeout
+	recal    recalibrator
+	saved    int // the limit to restore after a recalibration
 	minUtil  float64
-	limit    int // Invariant: b.min ≤ limit ≤ b.max
+	limit    int      // Invariant: b.min ≤ limit ≤ b.max
+	losses   recovery // Error and Timeout
+	delays   recovery // Overdue
 }
 
 // NewAIMD returns an AIMD controller for c.
@@ -59,8 +85,8 @@ func NewAIMD(c AIMDConfig) (*AIMD, error) {
 	if c.Backoff == 0 {
 		c.Backoff = DefaultAIMDBackoff
 	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultAIMDTimeout
+	if c.Tolerance == 0 {
+		c.Tolerance = DefaultAIMDTolerance
 	}
 	if c.MinUtilization == 0 {
 		c.MinUtilization = DefaultMinUtilization
@@ -70,14 +96,45 @@ func NewAIMD(c AIMDConfig) (*AIMD, error) {
 		return nil, fmt.Errorf("adaptive: %s: Increase %d is negative", name, c.Increase)
 	case c.Timeout < 0:
 		return nil, fmt.Errorf("adaptive: %s: Timeout %v is negative", name, c.Timeout)
+	case c.RTTWindow < 0:
+		return nil, fmt.Errorf("adaptive: %s: RTTWindow %d is negative", name, c.RTTWindow)
 	case !(c.Backoff > 0 && c.Backoff < 1):
 		return nil, fmt.Errorf("adaptive: %s: Backoff %v outside (0, 1)", name, c.Backoff)
 	}
 	if err := checkFrac(name, "MinUtilization", c.MinUtilization, math.Inf(-1), 1); err != nil {
 		return nil, err
 	}
-	return &AIMD{b: b, increase: c.Increase, backoff: c.Backoff, timeout: c.Timeout, minUtil: c.MinUtilization, limit: b.initial}, nil
+	if err := checkFrac(name, "Tolerance", c.Tolerance, 1, 100); err != nil {
+		return nil, err
+	}
+	a := &AIMD{b: b, increase: c.Increase, backoff: c.Backoff, timeout: c.Timeout, after: c.Timeout, tol: c.Tolerance, minUtil: c.MinUtilization, limit: b.initial}
+	if c.Timeout > 0 {
+		if c.Recalibration != (Recalibration{}) {
+			return nil, fmt.Errorf("adaptive: %s: Recalibration re-measures the no-load RTT, which an absolute Timeout does not use: drop one", name)
+		}
+		return a, nil
+	}
+	if a.recal, err = newRecalibrator(name, c.Recalibration, b); err != nil {
+		return nil, err
+	}
+	if c.RTTWindow == 0 && !a.recal.on() {
+		c.RTTWindow = DefaultRTTWindow
+	}
+	a.noload = newMinWindow(c.RTTWindow)
+	return a, nil
 }
+
+// setAfter brings the relative threshold up to date.
+func (a *AIMD) setAfter() {
+	if noload, ok := a.noload.min(); ok {
+		a.after = time.Duration(a.tol * float64(noload))
+	}
+}
+
+// OverdueAfter is the threshold: a request in flight longer is bad
+// already (see OverdueReporter); 0 before the first OK sample when
+// relative.
+func (a *AIMD) OverdueAfter() time.Duration { return a.after }
 
 // Name returns "aimd".
 func (*AIMD) Name() string { return "aimd" }
@@ -86,11 +143,37 @@ func (*AIMD) Name() string { return "aimd" }
 func (a *AIMD) Limit() int { return a.limit }
 
 // Observe folds s in and returns the limit now in force. AIMD ignores now.
-func (a *AIMD) Observe(_ time.Time, s Sample) int {
+func (a *AIMD) Observe(now time.Time, s Sample) int {
+	if a.noload != nil {
+		switch a.recal.step(now, s, s.RTT, a.noload) {
+		case recalBegin:
+			a.saved, a.limit = a.limit, a.recal.pin(a.limit)
+			return a.limit
+		case recalHold, recalMeasure:
+			return a.limit
+		case recalEnd:
+			a.limit = a.saved
+			a.setAfter()
+			return a.limit
+		}
+		if s.Outcome == OK {
+			a.noload.push(s.RTT)
+			a.setAfter()
+		}
+	}
 	switch {
-	case s.Outcome != OK || s.RTT > a.timeout:
+	case s.Outcome == Error || s.Outcome == Timeout: // a loss (see recovery)
+		if a.losses.newEvent(now, s) {
+			a.limit = a.b.clamp(min(a.limit, s.Inflight) / 2)
+		}
+	case s.Outcome == Overdue: // past the threshold already: once per congestion event
+		if a.delays.newEvent(now, s) {
+			a.limit = a.b.clamp(int(float64(min(a.limit, s.Inflight)) * a.backoff))
+		}
+	case s.Outcome == Dropped: // says nothing of the backend
+	case a.after > 0 && s.RTT > a.after:
 		a.limit = a.b.clamp(int(float64(a.limit) * a.backoff))
-	case utilized(s.Inflight, a.limit, a.minUtil):
+	case a.losses.mayGrow(s) && a.delays.mayGrow(s) && utilized(s.Inflight, a.limit, a.minUtil):
 		a.limit = a.b.clamp(a.limit + a.increase)
 	}
 	return a.limit

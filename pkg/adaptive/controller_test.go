@@ -74,9 +74,9 @@ func TestControllersHoldInsideTheBand(t *testing.T) {
 		lo, hi int
 	}{
 		{"p95", must(NewP95(kataP95(1, 20, 10))), []time.Duration{95e6, 100e6, 105e6, 98e6}, 10, 10},
-		{"vegas", must(NewVegas(VegasConfig{MaxLimit: 20, InitialLimit: 10, RTTWindow: 1000})), []time.Duration{70e6}, 10, 10},
+		{"vegas", must(NewVegas(VegasConfig{MaxLimit: 20, InitialLimit: 10, RTTWindow: 1000, Recalibration: Recalibration{Interval: -1}})), []time.Duration{70e6}, 10, 10},
 		// 1.5·40/80 = 0.75 and 16·0.75 + √16 = 16: a fixed point.
-		{"gradient2", must(NewGradient2(Gradient2Config{MaxLimit: 40, InitialLimit: 16, RTTWindow: 1000})), []time.Duration{80e6}, 15, 16},
+		{"gradient2", must(NewGradient2(Gradient2Config{MaxLimit: 40, InitialLimit: 16, RTTWindow: 1000, Tolerance: 1.5, Recalibration: Recalibration{Interval: -1}})), []time.Duration{80e6}, 15, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := t0
@@ -172,7 +172,9 @@ func TestControllerConfigErrors(t *testing.T) {
 		{"jitter without rand", second(NewVegas(VegasConfig{Recalibration: Recalibration{Interval: time.Second, Jitter: time.Millisecond}})), "needs a Rand"},
 		{"jitter too big", second(NewVegas(VegasConfig{Recalibration: Recalibration{Interval: time.Second, Jitter: time.Second, Rand: seeded}})), "Jitter 1s outside"},
 		{"recal limit", second(NewGradient2(Gradient2Config{MaxLimit: 10, Recalibration: Recalibration{Interval: time.Second, Limit: 11}})), "Recalibration.Limit 11"},
-		{"recal without interval", second(NewGradient2(Gradient2Config{Recalibration: Recalibration{Limit: 3}})), "no Interval"},
+		{"recal settings while off", second(NewGradient2(Gradient2Config{Recalibration: Recalibration{Interval: -1, Limit: 3}})), "negative Interval (off)"},
+		{"recal with an absolute timeout", second(NewAIMD(AIMDConfig{Timeout: time.Second, Recalibration: Recalibration{Interval: time.Second}})), "absolute Timeout does not use"},
+		{"aimd tolerance", second(NewAIMD(AIMDConfig{Tolerance: 0.9})), "Tolerance 0.9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {

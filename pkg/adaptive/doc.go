@@ -43,9 +43,13 @@ const (
 	// Dropped is a request whose stream ended before any response (the client
 	// went away). Its RTT says nothing about service time.
 	Dropped
+	// Overdue is a request still in flight whose RTT so far is past its
+	// controller's threshold (see OverdueReporter): only a Gate reports it,
+	// once, before the request's own release. Its RTT is a lower bound.
+	Overdue
 )
 
-// String returns "ok", "error", "timeout" or "dropped".
+// String returns "ok", "error", "timeout", "dropped" or "overdue".
 func (o Outcome) String() string {
 	switch o {
 	case OK:
@@ -56,13 +60,15 @@ func (o Outcome) String() string {
 		return "timeout"
 	case Dropped:
 		return "dropped"
+	case Overdue:
+		return "overdue"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
-// failed reports whether o counts against the backend's error rate: Error and
-// Timeout do; OK and Dropped do not.
-func (o Outcome) failed() bool { return o == Error || o == Timeout }
+// failed reports whether o counts against the backend's error rate: Error,
+// Timeout and Overdue do; OK and Dropped do not.
+func (o Outcome) failed() bool { return o == Error || o == Timeout || o == Overdue }
 
 // Sample is one completed request, as a Gate reports it to its Controller.
 type Sample struct {
@@ -87,6 +93,29 @@ type Controller interface {
 	// Name names the control law: "gradient2", "aimd", "p95" or "vegas".
 	Name() string
 }
+
+// OverdueReporter is implemented by a Controller that can tell a request
+// is a congestion signal before it ends: one still in flight after
+// OverdueAfter has taken longer than the controller's law lets a request
+// take at the limit now in force without lowering it. A Gate reports such
+// a request to Observe as soon as it sees the time pass (on its next
+// admission, rejection or release), as a Sample with Outcome Overdue and
+// the RTT so far, once; its eventual release is reported as usual. A
+// backend that drops requests, or stalls, is seen at the controller's
+// threshold, not at the client's timeout. Controllers take an Overdue as a
+// loss (see recovery). 0 means none (no RTT measured
+// yet, or none would lower the limit). It is called on every admission, so
+// it only reads a field that Observe keeps up to date.
+type OverdueReporter interface {
+	OverdueAfter() time.Duration
+}
+
+var (
+	_ OverdueReporter = (*Gradient2)(nil)
+	_ OverdueReporter = (*AIMD)(nil)
+	_ OverdueReporter = (*P95)(nil)
+	_ OverdueReporter = (*Vegas)(nil)
+)
 
 var (
 	_ Controller = (*Gradient2)(nil)
@@ -114,6 +143,37 @@ const (
 	DefaultMaxLimit     = 1000
 	DefaultInitialLimit = 20 // clamped into [MinLimit, MaxLimit]
 )
+
+// recovery is how every controller takes losses (Error, Timeout and
+// Overdue samples; Dropped says nothing of the backend), as TCP's fast
+// recovery does:
+//
+//   - A loss is evidence that the backend cannot take what was in flight
+//     when the lost request was admitted: the first loss of a congestion
+//     event cuts the limit from min(limit, s.Inflight), not from a limit
+//     that may stand far above what was ever tried (a limit that rose while
+//     the backend looked healthy).
+//   - A request admitted before the last cut was sent into the congestion
+//     that cut answered: its loss does not cut again, and its success does
+//     not raise the limit. Without the first, a burst of losses (every
+//     request a dropping backend held, reported together) cuts once per
+//     request, to MinLimit; without the second, the requests still
+//     succeeding from before the cut undo it.
+type recovery struct{ cut time.Time }
+
+// newEvent reports whether s, a loss observed at now, starts a congestion
+// event, and if so records the cut.
+func (r *recovery) newEvent(now time.Time, s Sample) bool {
+	if s.Start.Before(r.cut) {
+		return false
+	}
+	r.cut = now
+	return true
+}
+
+// mayGrow reports whether s may raise the limit: it was admitted after the
+// last cut.
+func (r *recovery) mayGrow(s Sample) bool { return !s.Start.Before(r.cut) }
 
 // bounds is a validated [min, max] range and a starting limit inside it.
 type bounds struct{ min, max, initial int }

@@ -9,8 +9,9 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
 )
 
-// A gate driven by AIMD on a fixed timeline: requests near the limit that
-// answer fast raise it by one; a 5xx cuts it by 10%.
+// A gate driven by AIMD on a fixed timeline: a request admitted at the
+// limit that answers fast raises it by one; a 5xx halves what was in flight
+// when the failed request was admitted.
 func Example() {
 	ctrl, err := adaptive.NewAIMD(adaptive.AIMDConfig{MinLimit: 1, MaxLimit: 10, InitialLimit: 2, Timeout: time.Second})
 	if err != nil {
@@ -27,10 +28,10 @@ func Example() {
 	if _, err := gate.Acquire(context.Background(), t0); errors.Is(err, adaptive.ErrLimit) {
 		fmt.Println("third request:", err)
 	}
-	a.Release(t0.Add(20*time.Millisecond), adaptive.OK)
-	a.Release(t0.Add(30*time.Millisecond), adaptive.OK) // idempotent: no effect
+	b.Release(t0.Add(20*time.Millisecond), adaptive.OK) // b was admitted at the limit
+	b.Release(t0.Add(30*time.Millisecond), adaptive.OK) // idempotent: no effect
 	fmt.Println("limit after a fast answer:", gate.Limit())
-	b.Release(t0.Add(40*time.Millisecond), adaptive.Error)
+	a.Release(t0.Add(40*time.Millisecond), adaptive.Error) // a was admitted with 1 in flight
 
 	s := gate.Snapshot()
 	fmt.Printf("%s/%s: limit=%d inflight=%d allowed=%d rejected=%d up=%d down=%d errors=%.0f%%\n",
@@ -38,5 +39,5 @@ func Example() {
 	// Output:
 	// third request: adaptive: concurrency limit reached
 	// limit after a fast answer: 3
-	// checkout/aimd: limit=2 inflight=0 allowed=2 rejected=1 up=1 down=1 errors=50%
+	// checkout/aimd: limit=1 inflight=0 allowed=2 rejected=1 up=1 down=1 errors=50%
 }

@@ -79,8 +79,19 @@ type Gate struct {
 	// request waits).
 	queue waitList
 	free  *slot // recycled slots
-	stats statsRing
-	n     counters
+	// overdue is the controller's OverdueReporter, or nil. pending holds
+	// the slots in flight not yet reported overdue, late those reported
+	// overdue and not yet lost, each oldest first; newestDone is the
+	// admission time of the newest request that has completed OK, and
+	// newestRTT its RTT.
+	overdue    OverdueReporter
+	after      time.Duration // overdue's threshold, read after every Observe
+	pending    slotList
+	late       slotList
+	newestDone time.Time
+	newestRTT  time.Duration
+	stats      statsRing
+	n          counters
 }
 
 // counters are the Snapshot totals; guarded by Gate.mu.
@@ -117,6 +128,10 @@ func NewGate(c GateConfig) (*Gate, error) {
 		limit:         max(1, c.Controller.Limit()),
 		stats:         newStatsRing(c.StatsWindow),
 	}
+	g.overdue, _ = c.Controller.(OverdueReporter)
+	if g.overdue != nil {
+		g.after = g.overdue.OverdueAfter()
+	}
 	g.limitNow.Store(int64(g.limit))
 	return g, nil
 }
@@ -134,12 +149,15 @@ func (g *Gate) Limit() int { return int(g.limitNow.Load()) }
 // It never waits, never queues, and a rejection allocates nothing.
 func (g *Gate) TryAcquire(now time.Time) (Lease, bool) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	old := g.reportOverdueLocked(now)
 	if g.inflight >= g.limit {
 		g.n.rejected++
+		g.unlock(old)
 		return Lease{}, false
 	}
-	return g.admitLocked(now), true
+	l := g.admitLocked(now)
+	g.unlock(old)
+	return l, true
 }
 
 // TryAcquireBelow is TryAcquire under an extra ceiling: it admits a request
@@ -159,7 +177,8 @@ func (g *Gate) TryAcquire(now time.Time) (Lease, bool) {
 // and the limit could never grow.
 func (g *Gate) TryAcquireBelow(now time.Time, ceiling int) (Lease, bool) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	old := g.reportOverdueLocked(now)
+	defer g.unlock(old)
 	if g.inflight >= min(g.limit, ceiling) {
 		g.n.rejected++
 		return Lease{}, false
@@ -217,7 +236,8 @@ func (g *Gate) Acquire(ctx context.Context, now time.Time) (Lease, error) {
 // the queue.
 func (g *Gate) enqueue(now time.Time) (w *waiter, l Lease, err error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	old := g.reportOverdueLocked(now)
+	defer g.unlock(old)
 	if g.inflight < g.limit {
 		return nil, g.admitLocked(now), nil
 	}
@@ -277,14 +297,57 @@ func (g *Gate) release(s *slot, gen uint64, now time.Time, o Outcome) {
 	}
 	rtt := max(now.Sub(s.start), 0)
 	g.stats.add(rtt, o)
-	old := g.limit
-	g.setLimitLocked(g.ctrl.Observe(now, Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Outcome: o}))
+	if o == OK && s.start.After(g.newestDone) {
+		g.newestDone, g.newestRTT = s.start, rtt
+	}
+	old := g.reportOverdueLocked(now)
+	g.observeLocked(now, Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Outcome: o})
 	g.freeLocked(s, now)
+	g.unlock(old)
+}
+
+// observeLocked feeds s to the controller and takes its answers: the limit,
+// and the overdue threshold.
+func (g *Gate) observeLocked(now time.Time, s Sample) {
+	g.setLimitLocked(g.ctrl.Observe(now, s))
+	if g.overdue != nil {
+		g.after = g.overdue.OverdueAfter()
+	}
+}
+
+// unlock releases g.mu and, if the limit moved from old, tells
+// OnLimitChange (never with the lock held).
+func (g *Gate) unlock(old int) {
 	limit, notify := g.limit, g.onLimitChange
 	g.mu.Unlock()
 	if notify != nil && limit != old {
 		notify(old, limit)
 	}
+}
+
+// reportOverdueLocked tells the controller of every request in flight that
+// has become overdue at now (see OverdueReporter), oldest first, and returns the
+// limit before, for unlock. Requests are admitted in time order, so only
+// the oldest not yet reported need be looked at.
+func (g *Gate) reportOverdueLocked(now time.Time) (old int) {
+	old = g.limit
+	for s := g.pending.head; s != nil && g.after > 0 && now.Sub(s.start) > g.after; s = g.pending.head {
+		g.pending.remove(s)
+		g.late.pushBack(s)
+		s.stage = late
+		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Outcome: Overdue})
+	}
+	// An overdue request older than one already answered, and in flight for
+	// more than twice that one's RTT, is lost, as TCP's RACK judges a
+	// segment sent before one delivered: the backend answers newer requests
+	// and not it (it dropped it, or it is stuck). Twice leaves room for the
+	// order in which a loaded backend answers.
+	for s := g.late.head; s != nil && s.start.Before(g.newestDone) && now.Sub(s.start) > 2*g.newestRTT; s = g.late.head {
+		g.late.remove(s)
+		s.stage = lost
+		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Outcome: Timeout})
+	}
+	return old
 }
 
 func (g *Gate) setLimitLocked(l int) {
@@ -309,7 +372,10 @@ func (g *Gate) admitLocked(now time.Time) Lease {
 		s = new(slot)
 	}
 	g.inflight++
-	s.start, s.inflight = now, g.inflight
+	s.start, s.inflight, s.stage = now, g.inflight, onTime
+	if g.overdue != nil {
+		g.pending.pushBack(s)
+	}
 	g.n.allowed++
 	return Lease{g: g, s: s, gen: s.gen}
 }
@@ -319,6 +385,14 @@ func (g *Gate) admitLocked(now time.Time) Lease {
 func (g *Gate) freeLocked(s *slot, now time.Time) {
 	s.gen++
 	g.inflight--
+	if g.overdue != nil {
+		switch s.stage {
+		case onTime:
+			g.pending.remove(s)
+		case late:
+			g.late.remove(s)
+		}
+	}
 	s.next, g.free = g.free, s
 	g.expireOldestLocked(now)
 	for g.inflight < g.limit && g.queue.len > 0 {

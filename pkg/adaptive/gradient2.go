@@ -14,17 +14,20 @@ type Gradient2Config struct {
 	MinLimit, MaxLimit, InitialLimit int
 	// Tolerance is how far the RTT may rise above the no-load RTT before the
 	// limit shrinks: gradient = clamp(Tolerance·rttNoload/rtt, 0.5, 1). At
-	// least 1; 0 means 1.5.
+	// least 1; 0 means 1.25.
 	Tolerance float64
 	// RTTWindow is how many recent OK samples the no-load RTT is the minimum
-	// of, so the baseline can drift up after a deploy. 0 means 100.
+	// of, so the baseline can drift up after a deploy. 0 means every OK
+	// sample since the last recalibration (100 with recalibration off).
 	RTTWindow int
 	// Smoothing is the weight of each new limit in the estimate's moving
-	// average, in (0, 1]. 0 means 0.2.
+	// average, in (0, 1]. 0 means 0.05.
 	Smoothing float64
 	// MinUtilization: a sample admitted with Inflight < limit·MinUtilization
 	// carries no "could go higher" information and cannot raise the limit. 0
-	// means 0.5; a negative value disables the guard.
+	// means 1 (only a sample admitted at the limit shows the limit was
+	// reached, as TCP grows its window only when the window is what limits
+	// it); a negative value disables the guard.
 	MinUtilization float64
 	// Recalibration is opt-in minRTT recalibration; the zero value is off.
 	Recalibration Recalibration
@@ -32,10 +35,10 @@ type Gradient2Config struct {
 
 // Defaults for Gradient2Config's zero fields.
 const (
-	DefaultGradient2Tolerance = 1.5
+	DefaultGradient2Tolerance = 1.25
 	DefaultRTTWindow          = 100
-	DefaultGradient2Smoothing = 0.2
-	DefaultMinUtilization     = 0.5
+	DefaultGradient2Smoothing = 0.05
+	DefaultMinUtilization     = 1
 )
 
 // Gradient2 is the gradient2 control law: it compares each RTT with the
@@ -60,6 +63,8 @@ type Gradient2 struct {
 	noload    *minWindow
 	recal     recalibrator
 	saved     float64 // the estimate to restore after a recalibration
+	losses    recovery
+	after     time.Duration // OverdueAfter's answer, kept by Observe
 }
 
 // NewGradient2 returns a Gradient2 controller for c.
@@ -71,9 +76,6 @@ func NewGradient2(c Gradient2Config) (*Gradient2, error) {
 	}
 	if c.Tolerance == 0 {
 		c.Tolerance = DefaultGradient2Tolerance
-	}
-	if c.RTTWindow == 0 {
-		c.RTTWindow = DefaultRTTWindow
 	}
 	if c.Smoothing == 0 {
 		c.Smoothing = DefaultGradient2Smoothing
@@ -97,6 +99,9 @@ func NewGradient2(c Gradient2Config) (*Gradient2, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.RTTWindow == 0 && !r.on() {
+		c.RTTWindow = DefaultRTTWindow
+	}
 	return &Gradient2{
 		b:         b,
 		tolerance: c.Tolerance,
@@ -115,12 +120,30 @@ func (*Gradient2) Name() string { return "gradient2" }
 // Limit returns the limit now in force.
 func (g *Gradient2) Limit() int { return g.limit }
 
+// OverdueAfter is the RTT above which a sample lowers the estimate, the
+// RTT whose gradient is 1 − 1/√estimate: a request in flight longer is a
+// congestion signal already (see OverdueReporter). 0 before the first OK
+// sample, and while the estimate is 4 or less (the gradient's floor, 0.5,
+// lowers nothing then).
+func (g *Gradient2) OverdueAfter() time.Duration { return g.after }
+
+// setAfter brings OverdueAfter up to date.
+func (g *Gradient2) setAfter() {
+	noload, ok := g.noload.min()
+	down := 1 - 1/math.Sqrt(g.estimate) // the largest gradient that lowers the estimate
+	if !ok || down <= gradientFloor {
+		g.after = 0
+		return
+	}
+	g.after = time.Duration(g.tolerance * float64(noload) / down)
+}
+
 // Observe folds s in at now and returns the limit now in force.
 func (g *Gradient2) Observe(now time.Time, s Sample) int {
 	rtt := max(s.RTT, time.Nanosecond) // a zero RTT would divide by zero
 	switch g.recal.step(now, s, rtt, g.noload) {
 	case recalBegin:
-		g.saved, g.limit = g.estimate, g.recal.cfg.Limit
+		g.saved, g.limit = g.estimate, g.recal.pin(g.limit)
 		return g.limit
 	case recalHold, recalMeasure:
 		return g.limit
@@ -129,17 +152,38 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 		g.limit = g.b.clamp(int(g.estimate))
 		return g.limit
 	}
-	gradient := 0.5
+	defer g.setAfter()
+	if s.Outcome == Error || s.Outcome == Timeout { // a loss (see recovery)
+		if g.losses.newEvent(now, s) {
+			// A loss is not noise to smooth: the estimate takes the
+			// floor's target at once, from what was in flight when the
+			// lost request was admitted.
+			m := min(g.estimate, float64(s.Inflight))
+			g.estimate = g.b.clampF(min(g.estimate, gradientFloor*m+math.Sqrt(m)))
+			g.limit = g.b.clamp(int(g.estimate))
+		}
+		return g.limit
+	}
+	// OK, and Overdue (a delay past the threshold: the floor's gradient,
+	// smoothed as any RTT is); Dropped says nothing of the backend.
+	if s.Outcome == Dropped {
+		return g.limit
+	}
+	gradient := gradientFloor
 	if s.Outcome == OK {
 		g.noload.push(rtt)
 		noload, _ := g.noload.min()
-		gradient = min(max(g.tolerance*float64(noload)/float64(rtt), 0.5), 1)
+		gradient = min(max(g.tolerance*float64(noload)/float64(rtt), gradientFloor), 1)
 	}
 	newLimit := g.estimate*gradient + math.Sqrt(g.estimate)
-	if newLimit > g.estimate && (s.Outcome != OK || !utilized(s.Inflight, g.limit, g.minUtil)) {
+	if newLimit > g.estimate && (s.Outcome != OK || !g.losses.mayGrow(s) || !utilized(s.Inflight, g.limit, g.minUtil)) {
 		return g.limit
 	}
 	g.estimate = g.b.clampF(g.estimate*(1-g.smoothing) + newLimit*g.smoothing)
 	g.limit = g.b.clamp(int(g.estimate))
 	return g.limit
 }
+
+// gradientFloor is the smallest gradient: the most one sample can pull the
+// estimate's target down, to gradientFloor·estimate + √estimate.
+const gradientFloor = 0.25

@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Gradient2 and Vegas step by step against hand-computed values.
+// Gradient2 and Vegas step by step against hand-computed values, at the
+// defaults (tolerance 1.25, smoothing 0.05, gradient floor 0.25).
 func TestGradient2Steps(t *testing.T) {
 	g, err := NewGradient2(Gradient2Config{MaxLimit: 100, InitialLimit: 10})
 	if err != nil {
@@ -17,17 +18,26 @@ func TestGradient2Steps(t *testing.T) {
 	for i, st := range []struct {
 		rtt      time.Duration
 		o        Outcome
-		estimate float64 // 0.8·estimate + 0.2·(estimate·gradient + √estimate)
+		inflight int
+		estimate float64 // 0.95·estimate + 0.05·(estimate·gradient + √estimate)
 		limit    int
 	}{
-		{40e6, OK, 10.6325, 10},     // no-load 40ms, gradient 1
-		{40e6, OK, 11.2846, 11},     // gradient 1
-		{120e6, OK, 10.8280, 10},    // gradient clamp(1.5·40/120) = 0.5
-		{200e6, OK, 10.4033, 10},    // gradient 0.5 (floor)
-		{5e6, Dropped, 10.0081, 10}, // gradient 0.5, RTT ignored
+		{40e6, OK, 10, 10.1581, 10},    // no-load 40ms, gradient 1
+		{40e6, OK, 10, 10.3175, 10},    // gradient 1
+		{120e6, OK, 10, 10.1772, 10},   // gradient 1.25·40/120 = 0.417
+		{200e6, OK, 10, 9.9550, 9},     // gradient 0.25 (floor)
+		{5e6, Dropped, 9, 9.9550, 9},   // says nothing: ignored
+		{200e6, Overdue, 9, 9.7395, 9}, // a delay past the threshold: gradient 0.25, smoothed
+		{40e6, Error, 9, 5.25, 5},      // a loss: at once to 0.25·min(estimate, 9 in flight) + √9
+		{40e6, Error, 9, 5.25, 5},      // admitted before that cut: the same congestion event
+		{40e6, OK, 5, 5.25, 5},         // gradient 1, but admitted before the cut: no growth
 	} {
 		now = now.Add(10 * time.Millisecond)
-		got := g.Observe(now, Sample{Start: now.Add(-st.rtt), RTT: st.rtt, Inflight: g.Limit(), Outcome: st.o})
+		start := now.Add(-st.rtt)
+		if i == 7 || i == 8 {
+			start = now.Add(-time.Second) // before the cut of step 6
+		}
+		got := g.Observe(now, Sample{Start: start, RTT: st.rtt, Inflight: st.inflight, Outcome: st.o})
 		if got != st.limit || math.Abs(g.estimate-st.estimate) > 1e-3 {
 			t.Fatalf("step %d: limit %d estimate %.4f, want %d %.4f", i, got, g.estimate, st.limit, st.estimate)
 		}
@@ -44,23 +54,33 @@ func TestVegasSteps(t *testing.T) {
 	}
 	now := t0
 	for i, st := range []struct {
-		rtt   time.Duration
-		o     Outcome
-		limit int
+		rtt    time.Duration
+		o      Outcome
+		before bool // admitted before the last cut
+		limit  int
 	}{
-		{40e6, OK, 11},     // queue 0 < alpha 3: +1
-		{100e6, OK, 10},    // queue 11·0.6 = 6.6 > beta 6.25: −1
-		{60e6, OK, 10},     // queue 10·⅓ between alpha 3 and beta 6: hold
-		{40e6, Error, 9},   // −1
-		{40e6, Timeout, 8}, // −1
+		{40e6, OK, false, 11},      // queue 0 < alpha 3: +1
+		{100e6, OK, false, 10},     // queue 11·0.6 = 6.6 > beta 6.25: −1
+		{60e6, OK, false, 10},      // queue 10·⅓ between alpha 3 and beta 6: hold
+		{40e6, Error, false, 5},    // a loss: half of min(limit, 10 in flight)
+		{40e6, Timeout, true, 5},   // admitted before that cut: the same event
+		{200e6, Overdue, false, 4}, // a delay past beta: −1, once per event
+		{200e6, Overdue, true, 4},  // the same delay event
+		{40e6, OK, true, 4},        // admitted before the cuts: no growth
+		{5e6, Dropped, false, 4},   // says nothing
+		{40e6, OK, false, 5},       // +1
 	} {
 		now = now.Add(10 * time.Millisecond)
-		if got := v.Observe(now, Sample{RTT: st.rtt, Inflight: v.Limit(), Outcome: st.o}); got != st.limit {
+		start := now.Add(-st.rtt)
+		if st.before {
+			start = t0
+		}
+		if got := v.Observe(now, Sample{Start: start, RTT: st.rtt, Inflight: v.Limit(), Outcome: st.o}); got != st.limit {
 			t.Fatalf("step %d: limit %d, want %d", i, got, st.limit)
 		}
 	}
 	v.limit = 150 // step = ⌊log10 150⌋ = 2
-	if got := v.Observe(now, Sample{RTT: 40e6, Inflight: 150, Outcome: OK}); got != 152 {
+	if got := v.Observe(now, Sample{Start: now, RTT: 40e6, Inflight: 150, Outcome: OK}); got != 152 {
 		t.Fatalf("limit %d at 150 after a fast sample, want 152", got)
 	}
 }

@@ -30,6 +30,49 @@ type slot struct {
 	start    time.Time // admission time
 	inflight int       // inflight at admission, itself included
 	next     *slot     // free list link
+	// older and newer link the slot into the list its stage puts it on,
+	// in admission order: Gate.pending while on time, Gate.late once
+	// reported overdue, none once reported lost.
+	older, newer *slot
+	stage        slotStage
+}
+
+// slotStage is where an admitted request stands in the gate's overdue and
+// loss detection (see OverdueReporter).
+type slotStage uint8
+
+const (
+	onTime slotStage = iota // on Gate.pending
+	late                    // reported Overdue; on Gate.late
+	lost                    // reported lost (a Timeout); on no list
+)
+
+// slotList is an intrusive doubly linked list of slots in admission order,
+// oldest at the head.
+type slotList struct{ head, tail *slot }
+
+func (q *slotList) pushBack(s *slot) {
+	s.older, s.newer = q.tail, nil
+	if q.tail != nil {
+		q.tail.newer = s
+	} else {
+		q.head = s
+	}
+	q.tail = s
+}
+
+func (q *slotList) remove(s *slot) {
+	if s.older != nil {
+		s.older.newer = s.newer
+	} else {
+		q.head = s.newer
+	}
+	if s.newer != nil {
+		s.newer.older = s.older
+	} else {
+		q.tail = s.older
+	}
+	s.older, s.newer = nil, nil
 }
 
 // waitState is where a queued request stands. It leaves waitQueued once, under

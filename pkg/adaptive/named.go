@@ -46,7 +46,7 @@ func NewNamed(kind string, l Limits, params map[string]string, rng *rand.Rand) (
 		return NewGradient2(c)
 	case "aimd":
 		c := AIMDConfig{MinLimit: l.Min, MaxLimit: l.Max, InitialLimit: l.Initial}
-		if err := bind(kind, params, aimdParams(&c)); err != nil {
+		if err := bind(kind, params, aimdParams(&c, rng)); err != nil {
 			return nil, err
 		}
 		return NewAIMD(c)
@@ -74,7 +74,7 @@ func ParamNames(kind string) []string {
 	case "gradient2":
 		m = gradient2Params(&Gradient2Config{}, rng)
 	case "aimd":
-		m = aimdParams(&AIMDConfig{})
+		m = aimdParams(&AIMDConfig{}, rng)
 	case "p95":
 		m = p95Params(&P95Config{})
 	case "vegas":
@@ -169,13 +169,17 @@ func gradient2Params(c *Gradient2Config, rng *rand.Rand) map[string]setter {
 	return m
 }
 
-func aimdParams(c *AIMDConfig) map[string]setter {
-	return map[string]setter{
+func aimdParams(c *AIMDConfig, rng *rand.Rand) map[string]setter {
+	m := map[string]setter{
 		"increase":        intParam(&c.Increase),
 		"backoff":         floatParam(&c.Backoff),
 		"timeout":         durationParam(&c.Timeout),
+		"tolerance":       floatParam(&c.Tolerance),
+		"rtt_window":      intParam(&c.RTTWindow),
 		"min_utilization": floatParam(&c.MinUtilization),
 	}
+	recalibrationParams(m, &c.Recalibration, rng)
+	return m
 }
 
 func p95Params(c *P95Config) map[string]setter {
@@ -219,8 +223,15 @@ func vegasParams(c *VegasConfig, rng *rand.Rand) map[string]setter {
 // recalibrationParams adds minRTT recalibration's parameters to m; its
 // jitter is drawn from rng.
 func recalibrationParams(m map[string]setter, r *Recalibration, rng *rand.Rand) {
-	m["recalibration_interval"] = setter{help: "a duration such as 30s", set: func(v string) error {
+	m["recalibration_interval"] = setter{help: "a duration such as 30s, or off", set: func(v string) error {
+		if v == "off" {
+			r.Interval = -1
+			return nil
+		}
 		d, err := time.ParseDuration(v)
+		if err == nil && d <= 0 {
+			err = errors.New("not positive")
+		}
 		if err == nil {
 			r.Interval, r.Rand = d, rng
 		}

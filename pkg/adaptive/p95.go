@@ -40,7 +40,7 @@ type P95Config struct {
 	// MaxDecreaseStep caps how much one decrease may take off. 0 means no cap.
 	MaxDecreaseStep int
 	// Window is how far back, from the now of an evaluation, samples count. 0
-	// means 10s.
+	// means 3s.
 	Window time.Duration
 	// MaxSamples bounds the samples held; beyond it the oldest are dropped
 	// even inside Window. 0 means 1024.
@@ -55,16 +55,20 @@ type P95Config struct {
 	// Cooldown holds the limit for this long after a decrease, so the next
 	// evaluation sees the effect of the last one. 0 means no cooldown.
 	Cooldown time.Duration
-	// MaxErrorRate, if positive, lowers the limit whenever the window's error
-	// rate (Error and Timeout samples over all but Dropped) is above it, even
-	// when latency is fine. 0 disables it.
+	// MaxErrorRate lowers the limit at an evaluation whenever the error rate
+	// of the samples since the previous one (Error, Timeout and Overdue over
+	// all but Dropped; at least 5 samples) is above it, even when latency is
+	// fine: a backend
+	// that answers fast errors when overloaded looks fast. 0 means 0.05; a
+	// negative value disables it (errors then only leave the latency
+	// window).
 	MaxErrorRate float64
 	// EWMAAlpha is the weight of each newer sample for SignalEWMA, in (0, 1].
 	// 0 means 0.2.
 	EWMAAlpha float64
 	// MinUtilization: the limit rises only if some sample since the last
 	// evaluation was admitted with Inflight ≥ limit·MinUtilization. 0 means
-	// 0.5; a negative value disables the guard.
+	// 1 (see Gradient2Config); a negative value disables the guard.
 	MinUtilization float64
 }
 
@@ -73,12 +77,17 @@ const (
 	DefaultP95Tolerance      = 0.1
 	DefaultP95IncreaseStep   = 1
 	DefaultP95DecreaseFactor = 0.7
-	DefaultP95Window         = 10 * time.Second
+	DefaultP95Window         = 3 * time.Second
 	DefaultP95MaxSamples     = 1024
 	DefaultP95MinSamples     = 20
 	DefaultP95TickInterval   = time.Second
 	DefaultEWMAAlpha         = 0.2
+	DefaultP95MaxErrorRate   = 0.05
 )
+
+// minErrorSamples is how many samples since the previous evaluation the
+// error rate needs: one failure in two is not a rate.
+const minErrorSamples = 5
 
 // P95 steers the limit to hold a windowed latency statistic near a target,
 // increasing slowly and decreasing fast. Every TickInterval it computes the
@@ -101,9 +110,12 @@ type P95 struct {
 	size    int // Invariant: 0 ≤ size ≤ MaxSamples
 	scratch []time.Duration
 
-	next      time.Time // the next evaluation; zero before the first Observe
-	calmUntil time.Time // end of the cooldown after the last decrease
-	peak      int       // highest Inflight since the last evaluation
+	next time.Time // the next evaluation; zero before the first Observe
+	// recent and recentFailed count the samples (all but Dropped) and the
+	// failed ones since the previous evaluation: the error rate's window.
+	recent, recentFailed int
+	calmUntil            time.Time // end of the cooldown after the last decrease
+	peak                 int       // highest Inflight since the last evaluation
 }
 
 // NewP95 returns a P95 controller for c.
@@ -122,6 +134,7 @@ func NewP95(c P95Config) (*P95, error) {
 	def(&c.DecreaseFactor, DefaultP95DecreaseFactor)
 	def(&c.EWMAAlpha, DefaultEWMAAlpha)
 	def(&c.MinUtilization, DefaultMinUtilization)
+	def(&c.MaxErrorRate, DefaultP95MaxErrorRate)
 	if c.IncreaseStep == 0 {
 		c.IncreaseStep = DefaultP95IncreaseStep
 	}
@@ -160,7 +173,7 @@ func NewP95(c P95Config) (*P95, error) {
 		v, lo float64
 		hi    float64
 	}{
-		{"MaxErrorRate", c.MaxErrorRate, 0, 1},
+		{"MaxErrorRate", c.MaxErrorRate, math.Inf(-1), 1},
 		{"EWMAAlpha", c.EWMAAlpha, 1e-9, 1},
 		{"MinUtilization", c.MinUtilization, math.Inf(-1), 1},
 	} {
@@ -185,6 +198,10 @@ func (*P95) Name() string { return "p95" }
 // Limit returns the limit now in force.
 func (p *P95) Limit() int { return p.limit }
 
+// OverdueAfter is twice Target: a request in flight longer is counted as
+// a timeout already (see Overdue).
+func (p *P95) OverdueAfter() time.Duration { return 2 * p.c.Target }
+
 // Observe folds s in at now and, if a tick is due, re-evaluates the limit.
 // It returns the limit now in force.
 func (p *P95) Observe(now time.Time, s Sample) int {
@@ -196,10 +213,25 @@ func (p *P95) Observe(now time.Time, s Sample) int {
 			p.size++
 		}
 		p.at[i], p.rtt[i], p.outcome[i] = now, s.RTT, s.Outcome
+		p.recent++
+		if s.Outcome.failed() {
+			p.recentFailed++
+		}
 	}
 	p.peak = max(p.peak, s.Inflight)
 	if p.next.IsZero() {
 		p.next = now.Add(p.c.TickInterval)
+	}
+	if s.Outcome.failed() && p.erring() && !now.Before(p.calmUntil) {
+		// Errors are not left to the next tick: a backend answering fast
+		// errors takes a tick's worth of requests meanwhile. The cut is
+		// from what was in flight when the failed request was admitted
+		// (see recovery), and the next evaluation a tick away.
+		p.limit = min(p.limit, max(s.Inflight, p.b.min))
+		p.decrease(now)
+		p.recent, p.recentFailed, p.peak = 0, 0, 0
+		p.next = now.Add(p.c.TickInterval)
+		return p.limit
 	}
 	if now.Before(p.next) {
 		return p.limit
@@ -220,21 +252,20 @@ func (p *P95) evaluate(now time.Time) {
 	if now.Before(p.calmUntil) {
 		return
 	}
-	lat, failed := p.scratch[:0], 0
+	erring := p.erring()
+	p.recent, p.recentFailed = 0, 0
+	lat := p.scratch[:0]
 	for k := range p.size {
 		i := (p.head + k) % len(p.at)
-		if p.outcome[i] != Error {
+		if o := p.outcome[i]; o != Error && o != Overdue { // an overdue request's own sample comes later
 			lat = append(lat, p.rtt[i])
 		}
-		if p.outcome[i].failed() {
-			failed++
-		}
 	}
-	if p.size < p.c.MinSamples {
+	if erring {
+		p.decrease(now)
 		return
 	}
-	if p.c.MaxErrorRate > 0 && float64(failed) > p.c.MaxErrorRate*float64(p.size) {
-		p.decrease(now)
+	if p.size < p.c.MinSamples {
 		return
 	}
 	if len(lat) < p.c.MinSamples {
@@ -253,6 +284,12 @@ func (p *P95) evaluate(now time.Time) {
 	case float64(signal) < target*(1-p.c.Tolerance) && utilized(p.peak, p.limit, p.c.MinUtilization):
 		p.limit = p.b.clamp(p.limit + p.c.IncreaseStep)
 	}
+}
+
+// erring reports whether the error rate since the previous evaluation is
+// above MaxErrorRate (over at least minErrorSamples samples).
+func (p *P95) erring() bool {
+	return p.c.MaxErrorRate > 0 && p.recent >= minErrorSamples && float64(p.recentFailed) > p.c.MaxErrorRate*float64(p.recent)
 }
 
 func (p *P95) decrease(now time.Time) {

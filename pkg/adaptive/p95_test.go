@@ -109,22 +109,42 @@ func TestP95CooldownAndMaxDecreaseStep(t *testing.T) {
 	}
 }
 
+// By default (MaxErrorRate 0.05) errors lower the limit although latency
+// is fine, and at once: a backend answering fast errors is not left a tick
+// to answer more.
 func TestP95ErrorRateDecreasesWhenLatencyIsFine(t *testing.T) {
-	c, now := newKataP95(t, 1, 10, 10, func(c *P95Config) { c.MaxErrorRate = 0.05 }), t0
+	c, now := newKataP95(t, 1, 10, 10, nil), t0
+	var limits []int
 	for i := range 21 {
 		o := OK
 		if i%5 == 0 {
 			o = Error // 20% errors, all fast
 		}
-		feed(c, &now, 1, 5*time.Millisecond, 40*time.Millisecond, o)
+		limits = append(limits, feed(c, &now, 1, 5*time.Millisecond, 40*time.Millisecond, o)...)
 	}
-	if c.Limit() != 7 {
-		t.Fatalf("limit %d at 20%% errors, want 7", c.Limit())
+	// Samples 0–5 hold 2 errors in 6: the sixth cuts 10 to 7, 30ms in,
+	// before the first tick (100ms); then every error after five more
+	// samples (20% > 5%) cuts again.
+	want := []int{10, 10, 10, 10, 10, 7, 7, 7, 7, 7, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 1}
+	if !slices.Equal(limits, want) {
+		t.Fatalf("limits %v at 20%% errors, want %v", limits, want)
+	}
+	// With the check off, errors only leave the latency window.
+	off, now := newKataP95(t, 1, 10, 10, func(c *P95Config) { c.MaxErrorRate = -1 }), t0
+	for i := range 21 {
+		o := OK
+		if i%5 == 0 {
+			o = Error
+		}
+		feed(off, &now, 1, 5*time.Millisecond, 40*time.Millisecond, o)
+	}
+	if off.Limit() < 10 {
+		t.Fatalf("limit %d with max_error_rate off, want it kept", off.Limit())
 	}
 }
 
 func TestP95TimeoutsAreLatency(t *testing.T) {
-	c, now := newKataP95(t, 1, 10, 10, nil), t0
+	c, now := newKataP95(t, 1, 10, 10, func(c *P95Config) { c.MaxErrorRate = -1 }), t0
 	feed(c, &now, 21, 5*time.Millisecond, time.Second, Timeout)
 	if c.Limit() != 7 {
 		t.Fatalf("limit %d after slow timeouts, want 7", c.Limit())

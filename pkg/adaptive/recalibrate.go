@@ -6,16 +6,22 @@ import (
 	"time"
 )
 
-// Recalibration configures Envoy-style minRTT recalibration for Gradient2 and
-// Vegas. Every Interval (± Jitter) of the now passed to Observe, the
-// controller pins its limit to a low value so queues drain, re-measures the
-// no-load RTT from RequestCount samples of requests admitted under the pin,
-// then restores the limit it had before. The zero value disables it.
+// Recalibration configures Envoy-style minRTT recalibration for Gradient2,
+// Vegas and AIMD (with a relative threshold). Every Interval (± Jitter) of
+// the now passed to Observe, the controller pins its limit to a low value
+// so queues drain, re-measures the no-load RTT from RequestCount samples of
+// requests admitted under the pin, then restores the limit it had before.
+// It is on by default: the zero value recalibrates every 15 s. Without it
+// a no-load RTT measured only under load (a minimum over recent samples, all
+// queued) drifts up with the load, and the controller settles above the
+// backend's knee.
 //
-// While pinned, samples of requests admitted before the pin and samples that
-// are not OK are ignored; if no OK sample ever arrives the limit stays pinned.
+// While pinned, samples of requests admitted before the pin and samples
+// that are not OK are ignored; if no OK sample ever arrives the limit stays
+// pinned.
 type Recalibration struct {
-	// Interval is the time between recalibrations. 0 disables recalibration.
+	// Interval is the time between recalibrations. 0 means 15s; a negative
+	// value disables recalibration.
 	Interval time.Duration
 	// Jitter spreads each interval uniformly over [Interval−Jitter,
 	// Interval+Jitter] so a fleet does not recalibrate in step. It must be
@@ -25,15 +31,21 @@ type Recalibration struct {
 	// uses it from Observe only, so it must not be shared with other
 	// goroutines.
 	Rand *rand.Rand
-	// Limit is the limit pinned while recalibrating. 0 means MinLimit.
+	// Limit is the limit pinned while recalibrating. 0 means a quarter of
+	// the limit in force when the pin starts (rounded up), at least
+	// MinLimit: low enough that a backend at its knee drains to near its
+	// no-load latency, not so low that the pin starves it.
 	Limit int
 	// RequestCount is how many samples re-measure the no-load RTT. 0 means
-	// 50.
+	// 20.
 	RequestCount int
 }
 
-// DefaultRecalibrationRequests is Recalibration.RequestCount's default.
-const DefaultRecalibrationRequests = 50
+// Defaults for Recalibration's zero fields.
+const (
+	DefaultRecalibrationInterval = 15 * time.Second
+	DefaultRecalibrationRequests = 20
+)
 
 // recalPhase tells Observe what to do with a sample.
 type recalPhase uint8
@@ -49,7 +61,8 @@ const (
 // recalibrator schedules recalibrations on the Observe timeline.
 type recalibrator struct {
 	cfg    Recalibration // resolved; Interval 0 means off
-	next   time.Time     // when the next recalibration starts; zero before the first Observe
+	b      bounds
+	next   time.Time // when the next recalibration starts; zero before the first Observe
 	active bool
 	since  time.Time // when the active recalibration pinned the limit
 	seen   int       // samples measured so far; Invariant: 0 ≤ seen < cfg.RequestCount while active
@@ -57,15 +70,16 @@ type recalibrator struct {
 
 // newRecalibrator validates c against b for the controller ctrl.
 func newRecalibrator(ctrl string, c Recalibration, b bounds) (recalibrator, error) {
-	if c.Interval == 0 {
+	if c.Interval < 0 {
 		if c.Jitter != 0 || c.Limit != 0 || c.RequestCount != 0 {
-			return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration has settings but no Interval: set Interval to enable it", ctrl)
+			return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration has settings but a negative Interval (off): drop them or set Interval", ctrl)
 		}
 		return recalibrator{}, nil
 	}
+	if c.Interval == 0 {
+		c.Interval = DefaultRecalibrationInterval
+	}
 	switch {
-	case c.Interval < 0:
-		return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration.Interval %v is negative", ctrl, c.Interval)
 	case c.Jitter < 0 || c.Jitter >= c.Interval:
 		return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration.Jitter %v outside [0, Interval %v)", ctrl, c.Jitter, c.Interval)
 	case c.Jitter > 0 && c.Rand == nil:
@@ -73,16 +87,24 @@ func newRecalibrator(ctrl string, c Recalibration, b bounds) (recalibrator, erro
 	case c.RequestCount < 0:
 		return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration.RequestCount %d is negative", ctrl, c.RequestCount)
 	}
-	if c.Limit == 0 {
-		c.Limit = b.min
-	}
-	if c.Limit < b.min || c.Limit > b.max {
+	if c.Limit != 0 && (c.Limit < b.min || c.Limit > b.max) {
 		return recalibrator{}, fmt.Errorf("adaptive: %s: Recalibration.Limit %d outside [MinLimit %d, MaxLimit %d]", ctrl, c.Limit, b.min, b.max)
 	}
 	if c.RequestCount == 0 {
 		c.RequestCount = DefaultRecalibrationRequests
 	}
-	return recalibrator{cfg: c}, nil
+	return recalibrator{cfg: c, b: b}, nil
+}
+
+// on reports whether recalibration is enabled.
+func (r *recalibrator) on() bool { return r.cfg.Interval > 0 }
+
+// pin is the limit to hold while recalibrating, from the limit in force.
+func (r *recalibrator) pin(limit int) int {
+	if r.cfg.Limit != 0 {
+		return r.cfg.Limit
+	}
+	return r.b.clamp((limit + 3) / 4)
 }
 
 // phase advances the schedule to now and classifies s.

@@ -13,11 +13,12 @@ type VegasConfig struct {
 	// DefaultMinLimit, DefaultMaxLimit and DefaultInitialLimit.
 	MinLimit, MaxLimit, InitialLimit int
 	// RTTWindow is how many recent OK samples the no-load RTT is the minimum
-	// of. 0 means DefaultRTTWindow.
+	// of. 0 means every OK sample since the last recalibration
+	// (DefaultRTTWindow with recalibration off).
 	RTTWindow int
 	// MinUtilization: a sample admitted with Inflight < limit·MinUtilization
-	// cannot raise the limit. 0 means 0.5; a negative value disables the
-	// guard.
+	// cannot raise the limit. 0 means 1 (see Gradient2Config); a negative
+	// value disables the guard.
 	MinUtilization float64
 	// Recalibration is opt-in minRTT recalibration; the zero value is off.
 	Recalibration Recalibration
@@ -42,7 +43,15 @@ type Vegas struct {
 	limit   int // Invariant: b.min ≤ limit ≤ b.max
 	noload  *minWindow
 	recal   recalibrator
-	saved   int // the limit to restore after a recalibration
+	saved   int           // the limit to restore after a recalibration
+	losses  recovery      // Error and Timeout
+	delays  recovery      // Overdue
+	after   time.Duration // OverdueAfter's answer, kept by Observe
+	// afterFor is what after was computed from.
+	afterFor struct {
+		limit  int
+		noload time.Duration
+	}
 }
 
 // NewVegas returns a Vegas controller for c.
@@ -51,9 +60,6 @@ func NewVegas(c VegasConfig) (*Vegas, error) {
 	b, err := resolveBounds(name, c.MinLimit, c.MaxLimit, c.InitialLimit)
 	if err != nil {
 		return nil, err
-	}
-	if c.RTTWindow == 0 {
-		c.RTTWindow = DefaultRTTWindow
 	}
 	if c.MinUtilization == 0 {
 		c.MinUtilization = DefaultMinUtilization
@@ -68,6 +74,9 @@ func NewVegas(c VegasConfig) (*Vegas, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.RTTWindow == 0 && !r.on() {
+		c.RTTWindow = DefaultRTTWindow
+	}
 	return &Vegas{b: b, minUtil: c.MinUtilization, limit: b.initial, noload: newMinWindow(c.RTTWindow), recal: r}, nil
 }
 
@@ -77,12 +86,35 @@ func (*Vegas) Name() string { return "vegas" }
 // Limit returns the limit now in force.
 func (v *Vegas) Limit() int { return v.limit }
 
+// OverdueAfter is the RTT above which a sample's queue estimate passes
+// beta and lowers the limit: a request in flight longer is a congestion
+// signal already (see OverdueReporter). 0 before the first OK sample, and
+// while the limit is at most beta (no RTT lowers it then).
+func (v *Vegas) OverdueAfter() time.Duration { return v.after }
+
+// setAfter brings OverdueAfter up to date (computed again only when the
+// limit or the no-load RTT has moved).
+func (v *Vegas) setAfter() {
+	noload, ok := v.noload.min()
+	if v.limit == v.afterFor.limit && noload == v.afterFor.noload {
+		return
+	}
+	v.afterFor.limit, v.afterFor.noload = v.limit, noload
+	l := float64(v.limit)
+	beta := max(1, 6*math.Log10(l))
+	if !ok || beta >= l {
+		v.after = 0
+		return
+	}
+	v.after = time.Duration(float64(noload) / (1 - beta/l))
+}
+
 // Observe folds s in at now and returns the limit now in force.
 func (v *Vegas) Observe(now time.Time, s Sample) int {
 	rtt := max(s.RTT, time.Nanosecond) // a zero RTT would divide by zero
 	switch v.recal.step(now, s, rtt, v.noload) {
 	case recalBegin:
-		v.saved, v.limit = v.limit, v.recal.cfg.Limit
+		v.saved, v.limit = v.limit, v.recal.pin(v.limit)
 		return v.limit
 	case recalHold, recalMeasure:
 		return v.limit
@@ -90,11 +122,22 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 		v.limit = v.saved
 		return v.limit
 	}
+	defer v.setAfter()
 	l := float64(v.limit)
 	lg := math.Log10(l)
 	step := max(1, int(lg))
-	if s.Outcome != OK {
-		v.limit = v.b.clamp(v.limit - step)
+	switch s.Outcome {
+	case Error, Timeout: // a loss (see recovery): halve what was in flight
+		if v.losses.newEvent(now, s) {
+			v.limit = v.b.clamp(min(v.limit, s.Inflight) / 2)
+		}
+		return v.limit
+	case Overdue: // past beta already: once per congestion event
+		if v.delays.newEvent(now, s) {
+			v.limit = v.b.clamp(v.limit - step)
+		}
+		return v.limit
+	case Dropped: // says nothing of the backend
 		return v.limit
 	}
 	v.noload.push(rtt)
@@ -102,7 +145,7 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 	queue := l * (1 - float64(noload)/float64(rtt))
 	switch {
 	case queue < max(1, 3*lg):
-		if utilized(s.Inflight, v.limit, v.minUtil) {
+		if v.losses.mayGrow(s) && v.delays.mayGrow(s) && utilized(s.Inflight, v.limit, v.minUtil) {
 			v.limit = v.b.clamp(v.limit + step)
 		}
 	case queue > max(1, 6*lg):

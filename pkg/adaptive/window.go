@@ -9,9 +9,11 @@ import (
 // minWindow is the minimum over the last n values pushed, kept in a monotonic
 // deque: each value is pushed and popped at most once, so Push is O(1)
 // amortised, and the deque never holds more than n entries, so it never grows
-// after construction. The zero value is unusable; make one with newMinWindow.
+// after construction. With n = 0 it is the minimum of every value pushed
+// since the last reset. The zero value is unusable; make one with
+// newMinWindow.
 type minWindow struct {
-	n     uint64   // window length in values; > 0
+	n     uint64   // window length in values; 0: unbounded
 	seq   []uint64 // ring of (sequence number, value) pairs; cap n
 	val   []time.Duration
 	head  int    // index of the front (the window's minimum)
@@ -20,11 +22,18 @@ type minWindow struct {
 }
 
 func newMinWindow(n int) *minWindow {
-	return &minWindow{n: uint64(n), seq: make([]uint64, n), val: make([]time.Duration, n)}
+	return &minWindow{n: uint64(n), seq: make([]uint64, max(n, 1)), val: make([]time.Duration, max(n, 1))}
 }
 
 // push adds v as the newest value and evicts values older than the window.
 func (w *minWindow) push(v time.Duration) {
+	if w.n == 0 { // unbounded: one cell holds the minimum
+		if w.size == 0 || v < w.val[0] {
+			w.val[0], w.size = v, 1
+		}
+		w.count++
+		return
+	}
 	// Evict first: the front leaves once n values are newer than it,
 	// counting v, which also frees a cell for v in a full ring.
 	for w.size > 0 && w.seq[w.head]+w.n <= w.count {

@@ -1,0 +1,91 @@
+package adaptive
+
+import (
+	"testing"
+	"time"
+)
+
+// TestAIMDThresholdIsRelative: by default AIMD calls a sample bad when its
+// RTT is above 1.85 × the no-load RTT, so the threshold fits the backend:
+// on a 40ms backend an 80ms answer is congestion (the old absolute 5s
+// default never fired before a client's own timeout).
+func TestAIMDThresholdIsRelative(t *testing.T) {
+	a := must(NewAIMD(AIMDConfig{MaxLimit: 100, InitialLimit: 20}))
+	now := t0
+	prime(t, a, &now) // no-load 40ms
+	if got := a.(*AIMD).OverdueAfter(); got != 74*time.Millisecond {
+		t.Fatalf("threshold %v, want 1.85 × 40ms = 74ms", got)
+	}
+	feed(a, &now, 1, 10*time.Millisecond, 70*time.Millisecond, OK)
+	if a.Limit() != 21 {
+		t.Fatalf("limit %d after a 70ms answer at the limit, want 21", a.Limit())
+	}
+	feed(a, &now, 1, 10*time.Millisecond, 80*time.Millisecond, OK)
+	if a.Limit() != 19 {
+		t.Fatalf("limit %d after an 80ms answer, want 21 × 0.95 = 19", a.Limit())
+	}
+	// An absolute Timeout keeps the old meaning.
+	abs := must(NewAIMD(AIMDConfig{MaxLimit: 100, InitialLimit: 20, Timeout: time.Second}))
+	feed(abs, &now, 1, 10*time.Millisecond, 900*time.Millisecond, OK)
+	if abs.Limit() != 21 || abs.(*AIMD).OverdueAfter() != time.Second {
+		t.Fatalf("absolute: limit %d threshold %v", abs.Limit(), abs.(*AIMD).OverdueAfter())
+	}
+}
+
+// TestRecalibrationIsOnByDefault: gradient2, vegas and AIMD re-measure the
+// no-load RTT every 15s, pinning a quarter of their limit, and the
+// no-load RTT between two recalibrations is the minimum since the last one,
+// so it cannot drift up with the load in between.
+func TestRecalibrationIsOnByDefault(t *testing.T) {
+	for _, c := range []Controller{
+		must(NewGradient2(Gradient2Config{MaxLimit: 100, InitialLimit: 40})),
+		must(NewVegas(VegasConfig{MaxLimit: 100, InitialLimit: 40})),
+		must(NewAIMD(AIMDConfig{MaxLimit: 100, InitialLimit: 40})),
+	} {
+		t.Run(c.Name(), func(t *testing.T) {
+			now := t0
+			prime(t, c, &now) // the schedule starts at the first sample
+			// 15s of samples, each slower than the last: a rolling window
+			// of 100 would forget 40ms; the minimum since the last
+			// recalibration does not.
+			for i := range 1490 {
+				now = now.Add(10 * time.Millisecond)
+				rtt := 41*time.Millisecond + time.Duration(i)*100*time.Microsecond // up to 190ms
+				c.Observe(now, Sample{Start: now.Add(-rtt), RTT: rtt, Inflight: 1, Outcome: OK})
+			}
+			if got, _ := noloadOf(c).min(); got != 40*time.Millisecond {
+				t.Fatalf("no-load RTT %v after 15s of slower samples, want 40ms", got)
+			}
+			before := c.Limit()
+			now = now.Add(time.Second) // past 15s: the next sample pins
+			if got := c.Observe(now, Sample{Start: now.Add(-40 * time.Millisecond), RTT: 40 * time.Millisecond, Inflight: 1, Outcome: OK}); got != (before+3)/4 {
+				t.Fatalf("limit %d at the recalibration, want a quarter of %d", got, before)
+			}
+			for range DefaultRecalibrationRequests {
+				now = now.Add(10 * time.Millisecond)
+				c.Observe(now, Sample{Start: now.Add(-time.Millisecond), RTT: 50 * time.Millisecond, Inflight: 1, Outcome: OK})
+			}
+			if c.Limit() != before {
+				t.Fatalf("limit %d after the recalibration, want %d restored", c.Limit(), before)
+			}
+		})
+	}
+	// Off: a negative interval, and the rolling window of 100 again.
+	off := must(NewGradient2(Gradient2Config{Recalibration: Recalibration{Interval: -1}}))
+	if off.(*Gradient2).recal.on() {
+		t.Fatal("a negative interval left recalibration on")
+	}
+}
+
+// noloadOf is c's no-load RTT window.
+func noloadOf(c Controller) *minWindow {
+	switch c := c.(type) {
+	case *Gradient2:
+		return c.noload
+	case *Vegas:
+		return c.noload
+	case *AIMD:
+		return c.noload
+	}
+	return nil
+}

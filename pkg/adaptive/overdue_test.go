@@ -1,0 +1,157 @@
+package adaptive
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// overdueRecorder is a Controller with a fixed limit and overdue threshold that
+// records what its gate tells it.
+type overdueRecorder struct {
+	limit   int
+	after   time.Duration
+	samples []string
+}
+
+func (r *overdueRecorder) Observe(now time.Time, s Sample) int {
+	r.samples = append(r.samples, fmt.Sprintf("%v@%v:%v", s.Start.Sub(t0), now.Sub(t0), s.Outcome))
+	return r.limit
+}
+func (r *overdueRecorder) Limit() int                  { return r.limit }
+func (r *overdueRecorder) Name() string                { return "overdueRecorder" }
+func (r *overdueRecorder) OverdueAfter() time.Duration { return r.after }
+
+func at(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+
+// TestGateReportsOverdueOnce: a request still in flight past the
+// controller's threshold is reported as Overdue at the gate's first event
+// after it (an admission, a rejection or a release), once, oldest first;
+// its own release is reported as usual.
+func TestGateReportsOverdueOnce(t *testing.T) {
+	r := &overdueRecorder{limit: 2, after: 100 * time.Millisecond}
+	g := newGate(t, GateConfig{Controller: r})
+	a, _ := g.TryAcquire(at(0))
+	b, _ := g.TryAcquire(at(30))
+	g.TryAcquire(at(90)) // at the limit: rejected; nothing is overdue yet
+	if len(r.samples) != 0 {
+		t.Fatalf("reported %v before any threshold passed", r.samples)
+	}
+	g.TryAcquire(at(140)) // a is 140ms old, b 110ms: both overdue
+	g.TryAcquire(at(200)) // nothing new
+	a.Release(at(300), OK)
+	b.Release(at(310), Error)
+	want := "0s@140ms:overdue 30ms@140ms:overdue 0s@300ms:ok 30ms@310ms:error"
+	if got := strings.Join(r.samples, " "); got != want {
+		t.Fatalf("samples %s, want %s", got, want)
+	}
+	// Without a threshold (0: none yet) nothing is ever overdue.
+	r2 := &overdueRecorder{limit: 1}
+	g2 := newGate(t, GateConfig{Controller: r2})
+	c, _ := g2.TryAcquire(at(0))
+	g2.TryAcquire(at(10_000))
+	c.Release(at(20_000), OK)
+	if got := strings.Join(r2.samples, " "); got != "0s@20s:ok" {
+		t.Fatalf("samples %s with no threshold", got)
+	}
+}
+
+// TestGateJudgesAnOverdueRequestLost: an overdue request older than one
+// already answered, and in flight for more than twice that one's RTT, is
+// lost (reported as a Timeout), as TCP's RACK judges a segment sent before
+// one delivered: the backend answers newer requests and not it. A request
+// that is merely slow, with nothing newer answered, stays Overdue.
+func TestGateJudgesAnOverdueRequestLost(t *testing.T) {
+	r := &overdueRecorder{limit: 3, after: 100 * time.Millisecond}
+	g := newGate(t, GateConfig{Controller: r})
+	dropped, _ := g.TryAcquire(at(0))
+	fast, _ := g.TryAcquire(at(10))
+	slow, _ := g.TryAcquire(at(20))
+	fast.Release(at(70), OK)      // newer than dropped; 60ms
+	g.TryAcquireBelow(at(101), 0) // an event that admits nothing: dropped is overdue (101ms > 100ms), not yet lost (≤ 2 × 60ms)
+	g.TryAcquireBelow(at(125), 0) // slow is overdue too; dropped, 125ms old (> 2 × 60ms) and older than fast, is lost
+	slow.Release(at(400), OK)
+	dropped.Release(at(1000), Timeout) // the client gives up
+	want := "10ms@70ms:ok 0s@101ms:overdue 20ms@125ms:overdue 0s@125ms:timeout 20ms@400ms:ok 0s@1s:timeout"
+	if got := strings.Join(r.samples, " "); got != want {
+		t.Fatalf("samples\n%s\nwant\n%s", got, want)
+	}
+	if g.Inflight() != 0 || g.late.head != nil || g.pending.head != nil {
+		t.Fatalf("inflight %d, lists %v %v after every release", g.Inflight(), g.late.head, g.pending.head)
+	}
+}
+
+// TestLossBurstCutsOnce: the losses of one congestion event (requests
+// admitted before the cut) cut the limit once, from what was in flight when
+// the first was admitted, and their successes do not raise it.
+func TestLossBurstCutsOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    Controller
+		want int // after the burst
+	}{
+		{"aimd", must(NewAIMD(AIMDConfig{MaxLimit: 200, InitialLimit: 100})), 6},
+		{"vegas", must(NewVegas(VegasConfig{MaxLimit: 200, InitialLimit: 100})), 6},
+		// 0.25·12 + √12 = 6.46
+		{"gradient2", must(NewGradient2(Gradient2Config{MaxLimit: 200, InitialLimit: 100})), 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, now := tc.c, t0
+			prime(t, c, &now)
+			now = at(1000)
+			// 12 in flight when the first lost request was admitted, though
+			// the limit stood at 100.
+			c.Observe(now, Sample{Start: at(900), RTT: 100 * time.Millisecond, Inflight: 12, Outcome: Error})
+			if c.Limit() != tc.want {
+				t.Fatalf("limit %d after the first loss, want %d", c.Limit(), tc.want)
+			}
+			for i := range 20 { // the rest of the burst, and successes, all admitted before the cut
+				now = now.Add(time.Millisecond)
+				o := []Outcome{Error, Timeout, OK}[i%3]
+				c.Observe(now, Sample{Start: at(950), RTT: 40 * time.Millisecond, Inflight: 12, Outcome: o})
+			}
+			if c.Limit() != tc.want {
+				t.Fatalf("limit %d after the burst, want %d: one event, one cut", c.Limit(), tc.want)
+			}
+			// A loss of a request admitted after the cut is a new event.
+			now = now.Add(time.Millisecond)
+			c.Observe(now, Sample{Start: now.Add(-time.Millisecond), RTT: time.Millisecond, Inflight: tc.want, Outcome: Error})
+			if c.Limit() >= tc.want {
+				t.Fatalf("limit %d after a new loss, want below %d", c.Limit(), tc.want)
+			}
+		})
+	}
+}
+
+// TestGrowthAtMostDoublesPerRTT: on a backend that answers every request
+// at its no-load RTT, one round trip of samples, all admitted at the limit,
+// at most doubles the limit (TCP's slow start), for every controller at
+// its defaults.
+func TestGrowthAtMostDoublesPerRTT(t *testing.T) {
+	for _, tc := range controllers {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.make(t, 1, 1000, 10)
+			g := newGate(t, GateConfig{Controller: c})
+			now := t0
+			for round := range 8 {
+				before := g.Limit()
+				var leases []Lease
+				for {
+					l, ok := g.TryAcquire(now)
+					if !ok {
+						break
+					}
+					leases = append(leases, l)
+				}
+				now = now.Add(40 * time.Millisecond)
+				for _, l := range leases {
+					l.Release(now, OK)
+				}
+				if after := g.Limit(); after > 2*before {
+					t.Fatalf("round %d: limit %d → %d in one RTT", round, before, after)
+				}
+			}
+		})
+	}
+}
