@@ -67,7 +67,8 @@ type AIMD struct {
 	recal    recalibrator
 	saved    int // the limit to restore after a recalibration
 	minUtil  float64
-	limit    int      // Invariant: b.min ≤ limit ≤ b.max
+	limit    int // Invariant: b.min ≤ limit ≤ b.max
+	pace     pacing
 	losses   recovery // Error and Timeout
 	delays   recovery // Overdue
 }
@@ -165,16 +166,24 @@ func (a *AIMD) Observe(now time.Time, s Sample) int {
 	case s.Outcome == Error || s.Outcome == Timeout: // a loss (see recovery)
 		if a.losses.newEvent(now, s) {
 			a.limit = a.b.clamp(min(a.limit, s.Inflight) / 2)
+			a.pace.cut(a.limit)
 		}
 	case s.Outcome == Overdue: // past the threshold already: once per congestion event
 		if a.delays.newEvent(now, s) {
 			a.limit = a.b.clamp(int(float64(min(a.limit, s.Inflight)) * a.backoff))
+			a.pace.cut(a.limit)
 		}
 	case s.Outcome == Dropped: // says nothing of the backend
-	case a.after > 0 && s.RTT > a.after:
-		a.limit = a.b.clamp(int(float64(a.limit) * a.backoff))
-	case a.losses.mayGrow(s) && a.delays.mayGrow(s) && utilized(s.Inflight, a.limit, a.minUtil):
-		a.limit = a.b.clamp(a.limit + a.increase)
+	case a.after > 0 && s.RTT > a.after: // slow: once per congestion event
+		if a.delays.newEvent(now, s) {
+			// The further past the threshold, the deeper the cut: ×Backoff
+			// just past it, down to ×0.5 at twice it.
+			f := min(a.backoff, max(0.5, float64(a.after)/float64(s.RTT)))
+			a.limit = a.b.clamp(int(float64(a.limit) * f))
+			a.pace.cut(a.limit)
+		}
+	case a.losses.mayGrow(s) && a.delays.mayGrow(s) && utilized(s, a.limit, a.minUtil, a.pace.slow(a.limit)):
+		a.limit = a.b.clamp(a.pace.grow(a.limit, a.increase))
 	}
 	return a.limit
 }

@@ -31,7 +31,14 @@ func TestControllersDecreaseFastUnderHighLatency(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, now := tc.make(t, 1, 10, 10), t0
 			prime(t, c, &now)
-			limits := feed(c, &now, 50, 10*time.Millisecond, 500*time.Millisecond, OK)
+			// Ten round trips of slow samples: the controllers that cut
+			// once per congestion event cut once in each. (p95 judges a
+			// window of at least 20 samples: it gets them faster.)
+			step := 100 * time.Millisecond
+			if tc.name == "p95" {
+				step = 10 * time.Millisecond
+			}
+			limits := feed(c, &now, 50, step, 500*time.Millisecond, OK)
 			if got := limits[len(limits)-1]; got > 5 {
 				t.Fatalf("limit %d after 50 slow samples, want ≤ 5: %v", got, limits)
 			}

@@ -75,7 +75,9 @@ type Sample struct {
 	Start    time.Time     // when the request was admitted
 	RTT      time.Duration // admission to response (or to the drop); ≥ 0
 	Inflight int           // requests in flight when it was admitted, itself included
-	Outcome  Outcome
+	// Limit is the limit in force when it was admitted; 0 when unknown.
+	Limit   int
+	Outcome Outcome
 }
 
 // Controller infers a concurrency limit from completed requests.
@@ -141,7 +143,7 @@ var (
 const (
 	DefaultMinLimit     = 1
 	DefaultMaxLimit     = 1000
-	DefaultInitialLimit = 20 // clamped into [MinLimit, MaxLimit]
+	DefaultInitialLimit = 10 // clamped into [MinLimit, MaxLimit]; slow start doubles it per round trip
 )
 
 // recovery is how every controller takes losses (Error, Timeout and
@@ -174,6 +176,48 @@ func (r *recovery) newEvent(now time.Time, s Sample) bool {
 // mayGrow reports whether s may raise the limit: it was admitted after the
 // last cut.
 func (r *recovery) mayGrow(s Sample) bool { return !s.Start.Before(r.cut) }
+
+// pacing paces a limit's additive increases as TCP paces its window: by the
+// whole step per sample admitted at the limit (slow start, doubling per
+// round trip) until the first cut, and after it, above the limit the cut
+// left (the threshold), by step/limit per sample: one step per round trip
+// (congestion avoidance). Below the threshold — regaining what a pin or a
+// later, deeper cut took — it is slow start again. Without it a controller
+// adding a step per sample probes past a hard cap (a concurrency or rate
+// limit) every few round trips, and each probe costs a failed request.
+type pacing struct {
+	threshold int     // the limit the last cut left; 0 before any
+	credit    float64 // fractional steps earned in congestion avoidance
+}
+
+// slow reports whether limit is in slow start.
+func (p *pacing) slow(limit int) bool { return p.threshold == 0 || limit < p.threshold }
+
+// cut records that the limit was cut to limit.
+func (p *pacing) cut(limit int) { p.threshold, p.credit = limit, 0 }
+
+// grow returns limit raised for one sample that may raise it by step.
+func (p *pacing) grow(limit, step int) int {
+	if p.threshold == 0 || limit < p.threshold {
+		return limit + step
+	}
+	p.credit += float64(step) / float64(limit)
+	if p.credit < 1 {
+		return limit
+	}
+	n := int(p.credit)
+	p.credit -= float64(n)
+	return limit + n
+}
+
+// growF is grow for a continuous estimate: the rise from cur to next,
+// at most 1/cur (a step per round trip) in congestion avoidance.
+func (p *pacing) growF(cur, next float64) float64 {
+	if p.threshold == 0 || cur < float64(p.threshold) {
+		return next
+	}
+	return min(next, cur+1/cur)
+}
 
 // bounds is a validated [min, max] range and a starting limit inside it.
 type bounds struct{ min, max, initial int }
@@ -211,11 +255,19 @@ func (b bounds) clampF(v float64) float64 {
 	return min(max(v, float64(b.min)), float64(b.max))
 }
 
-// utilized reports whether a sample taken with inflight requests was close
-// enough to limit to say the limit could go higher: inflight ≥ limit·frac. A
-// negative frac disables the guard.
-func utilized(inflight, limit int, frac float64) bool {
-	return frac < 0 || float64(inflight) >= float64(limit)*frac
+// utilized reports whether sample s was admitted close enough to the limit
+// to say the limit could go higher: s.Inflight ≥ that limit·frac. A
+// negative frac disables the guard. In slow start the limit is the one s
+// was admitted under (s.Limit, when known), as TCP judges a segment
+// window-limited when it is sent, so a saturated gate's limit grows by
+// half to all of itself per round trip; in congestion avoidance it is the
+// limit now, so after a rise the samples admitted before it no longer
+// count, and a saturated gate grows by about one step per round trip.
+func utilized(s Sample, limit int, frac float64, slowStart bool) bool {
+	if slowStart && s.Limit > 0 {
+		limit = s.Limit
+	}
+	return frac < 0 || float64(s.Inflight) >= float64(limit)*frac
 }
 
 // checkFrac validates a fraction parameter that must lie in [lo, hi].

@@ -301,7 +301,7 @@ func (g *Gate) release(s *slot, gen uint64, now time.Time, o Outcome) {
 		g.newestDone, g.newestRTT = s.start, rtt
 	}
 	old := g.reportOverdueLocked(now)
-	g.observeLocked(now, Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Outcome: o})
+	g.observeLocked(now, Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Limit: s.limit, Outcome: o})
 	g.freeLocked(s, now)
 	g.unlock(old)
 }
@@ -335,7 +335,7 @@ func (g *Gate) reportOverdueLocked(now time.Time) (old int) {
 		g.pending.remove(s)
 		g.late.pushBack(s)
 		s.stage = late
-		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Outcome: Overdue})
+		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Limit: s.limit, Outcome: Overdue})
 	}
 	// An overdue request older than one already answered, and in flight for
 	// more than twice that one's RTT, is lost, as TCP's RACK judges a
@@ -345,7 +345,7 @@ func (g *Gate) reportOverdueLocked(now time.Time) (old int) {
 	for s := g.late.head; s != nil && s.start.Before(g.newestDone) && now.Sub(s.start) > 2*g.newestRTT; s = g.late.head {
 		g.late.remove(s)
 		s.stage = lost
-		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Outcome: Timeout})
+		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Limit: s.limit, Outcome: Timeout})
 	}
 	return old
 }
@@ -372,7 +372,7 @@ func (g *Gate) admitLocked(now time.Time) Lease {
 		s = new(slot)
 	}
 	g.inflight++
-	s.start, s.inflight, s.stage = now, g.inflight, onTime
+	s.start, s.inflight, s.limit, s.stage = now, g.inflight, g.limit, onTime
 	if g.overdue != nil {
 		g.pending.pushBack(s)
 	}

@@ -63,7 +63,9 @@ type Gradient2 struct {
 	noload    *minWindow
 	recal     recalibrator
 	saved     float64 // the estimate to restore after a recalibration
+	pace      pacing
 	losses    recovery
+	delays    recovery      // Overdue
 	after     time.Duration // OverdueAfter's answer, kept by Observe
 }
 
@@ -161,12 +163,15 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 			m := min(g.estimate, float64(s.Inflight))
 			g.estimate = g.b.clampF(min(g.estimate, gradientFloor*m+math.Sqrt(m)))
 			g.limit = g.b.clamp(int(g.estimate))
+			g.pace.cut(g.limit)
 		}
 		return g.limit
 	}
 	// OK, and Overdue (a delay past the threshold: the floor's gradient,
-	// smoothed as any RTT is); Dropped says nothing of the backend.
-	if s.Outcome == Dropped {
+	// smoothed as any RTT is, once per congestion event: a backend that
+	// stalls makes every request overdue at once); Dropped says nothing of
+	// the backend.
+	if s.Outcome == Dropped || (s.Outcome == Overdue && !g.delays.newEvent(now, s)) {
 		return g.limit
 	}
 	gradient := gradientFloor
@@ -176,10 +181,14 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 		gradient = min(max(g.tolerance*float64(noload)/float64(rtt), gradientFloor), 1)
 	}
 	newLimit := g.estimate*gradient + math.Sqrt(g.estimate)
-	if newLimit > g.estimate && (s.Outcome != OK || !g.losses.mayGrow(s) || !utilized(s.Inflight, g.limit, g.minUtil)) {
+	if newLimit > g.estimate && (s.Outcome != OK || !g.losses.mayGrow(s) || !g.delays.mayGrow(s) || !utilized(s, g.limit, g.minUtil, g.pace.slow(g.limit))) {
 		return g.limit
 	}
-	g.estimate = g.b.clampF(g.estimate*(1-g.smoothing) + newLimit*g.smoothing)
+	next := g.estimate*(1-g.smoothing) + newLimit*g.smoothing
+	if next > g.estimate {
+		next = g.pace.growF(g.estimate, next)
+	}
+	g.estimate = g.b.clampF(next)
 	g.limit = g.b.clamp(int(g.estimate))
 	return g.limit
 }

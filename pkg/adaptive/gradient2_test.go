@@ -68,9 +68,12 @@ func TestVegasSteps(t *testing.T) {
 		{200e6, Overdue, true, 4},  // the same delay event
 		{40e6, OK, true, 4},        // admitted before the cuts: no growth
 		{5e6, Dropped, false, 4},   // says nothing
-		{40e6, OK, false, 5},       // +1
+		{40e6, OK, false, 4},       // at the limit the cut left: +¼ (congestion avoidance)
+		{40e6, OK, false, 4},       // +¼
+		{40e6, OK, false, 4},       // +¼
+		{40e6, OK, false, 5},       // +¼: one step per round trip
 	} {
-		now = now.Add(10 * time.Millisecond)
+		now = now.Add(300 * time.Millisecond) // each admitted after the last cut unless before
 		start := now.Add(-st.rtt)
 		if st.before {
 			start = t0
@@ -79,8 +82,11 @@ func TestVegasSteps(t *testing.T) {
 			t.Fatalf("step %d: limit %d, want %d", i, got, st.limit)
 		}
 	}
-	v.limit = 150 // step = ⌊log10 150⌋ = 2
-	if got := v.Observe(now, Sample{Start: now, RTT: 40e6, Inflight: 150, Outcome: OK}); got != 152 {
+	// Before any cut (slow start) a fast sample adds the whole step:
+	// ⌊log10 150⌋ = 2.
+	v2 := must(NewVegas(VegasConfig{MaxLimit: 200, InitialLimit: 150}))
+	v2.Observe(now, Sample{Start: now, RTT: 40e6, Inflight: 1, Outcome: OK}) // the no-load RTT; below the limit: no growth
+	if got := v2.Observe(now, Sample{Start: now, RTT: 40e6, Inflight: 150, Outcome: OK}); got != 152 {
 		t.Fatalf("limit %d at 150 after a fast sample, want 152", got)
 	}
 }

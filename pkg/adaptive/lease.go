@@ -29,6 +29,7 @@ type slot struct {
 	gen      uint64    // bumped on every release; guarded by Gate.mu
 	start    time.Time // admission time
 	inflight int       // inflight at admission, itself included
+	limit    int       // the limit at admission
 	next     *slot     // free list link
 	// older and newer link the slot into the list its stage puts it on,
 	// in admission order: Gate.pending while on time, Gate.late once

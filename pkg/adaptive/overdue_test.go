@@ -155,3 +155,28 @@ func TestGrowthAtMostDoublesPerRTT(t *testing.T) {
 		})
 	}
 }
+
+// TestPacing: a limit grows by the whole step per sample until its first
+// cut (slow start), then, at or above the limit the cut left, by a step per
+// round trip, step/limit per sample (congestion avoidance); below it, by
+// the whole step again.
+func TestPacing(t *testing.T) {
+	var p pacing
+	if got := p.grow(10, 1); got != 11 {
+		t.Fatalf("slow start: 10 → %d, want 11", got)
+	}
+	p.cut(8)
+	limit := 8
+	for i := range 8 { // one round trip of samples at 8
+		limit = p.grow(limit, 1)
+		if want := 8 + (i+1)/8; limit != want {
+			t.Fatalf("sample %d after the cut: limit %d, want %d", i, limit, want)
+		}
+	}
+	if got := p.grow(5, 1); got != 6 {
+		t.Fatalf("below the cut's limit: 5 → %d, want 6", got)
+	}
+	if got := p.growF(20, 25); got != 20.05 {
+		t.Fatalf("growF above the threshold: 20 → %v, want 20.05", got)
+	}
+}

@@ -281,7 +281,7 @@ func (p *P95) evaluate(now time.Time) {
 	switch {
 	case float64(signal) > target*(1+p.c.Tolerance):
 		p.decrease(now)
-	case float64(signal) < target*(1-p.c.Tolerance) && utilized(p.peak, p.limit, p.c.MinUtilization):
+	case float64(signal) < target*(1-p.c.Tolerance) && utilized(Sample{Inflight: p.peak}, p.limit, p.c.MinUtilization, false):
 		p.limit = p.b.clamp(p.limit + p.c.IncreaseStep)
 	}
 }

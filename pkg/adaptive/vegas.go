@@ -43,7 +43,8 @@ type Vegas struct {
 	limit   int // Invariant: b.min ≤ limit ≤ b.max
 	noload  *minWindow
 	recal   recalibrator
-	saved   int           // the limit to restore after a recalibration
+	saved   int // the limit to restore after a recalibration
+	pace    pacing
 	losses  recovery      // Error and Timeout
 	delays  recovery      // Overdue
 	after   time.Duration // OverdueAfter's answer, kept by Observe
@@ -130,11 +131,13 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 	case Error, Timeout: // a loss (see recovery): halve what was in flight
 		if v.losses.newEvent(now, s) {
 			v.limit = v.b.clamp(min(v.limit, s.Inflight) / 2)
+			v.pace.cut(v.limit)
 		}
 		return v.limit
 	case Overdue: // past beta already: once per congestion event
 		if v.delays.newEvent(now, s) {
 			v.limit = v.b.clamp(v.limit - step)
+			v.pace.cut(v.limit)
 		}
 		return v.limit
 	case Dropped: // says nothing of the backend
@@ -145,11 +148,12 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 	queue := l * (1 - float64(noload)/float64(rtt))
 	switch {
 	case queue < max(1, 3*lg):
-		if v.losses.mayGrow(s) && v.delays.mayGrow(s) && utilized(s.Inflight, v.limit, v.minUtil) {
-			v.limit = v.b.clamp(v.limit + step)
+		if v.losses.mayGrow(s) && v.delays.mayGrow(s) && utilized(s, v.limit, v.minUtil, v.pace.slow(v.limit)) {
+			v.limit = v.b.clamp(v.pace.grow(v.limit, step))
 		}
-	case queue > max(1, 6*lg):
+	case queue > max(1, 6*lg) && v.delays.newEvent(now, s): // once per congestion event
 		v.limit = v.b.clamp(v.limit - step)
+		v.pace.cut(v.limit)
 	}
 	return v.limit
 }
