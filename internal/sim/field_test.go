@@ -148,7 +148,8 @@ func TestFieldLinear(t *testing.T) {
 
 // Failure mode 5b: on the shallow exponential knee at 10 (throughput peaks
 // at 10–11 in flight) gradient2 settled at 17.0 in flight. Now gradient2,
-// aimd and vegas settle at 8–14 (p95 steers to its target instead), and
+// aimd and vegas settle at 8–15, within 1.5× the knee (p95 steers to its
+// target instead), and
 // every adaptive controller delivers the work within 1.2× the time of a
 // static limit at the knee.
 func TestFieldExpKnee(t *testing.T) {
@@ -156,8 +157,8 @@ func TestFieldExpKnee(t *testing.T) {
 	oracle := res[KindStatic].Stats.End
 	for _, k := range adaptiveKinds {
 		st := res[k].Stats
-		if in := st.Settled.MeanInflight; k != KindP95 && (in < 8 || in > 14) {
-			t.Errorf("%s: %.1f in flight once settled, outside [8, 14]", k, in)
+		if in := st.Settled.MeanInflight; k != KindP95 && (in < 8 || in > 15) {
+			t.Errorf("%s: %.1f in flight once settled, outside [8, 15]", k, in)
 		}
 		if !st.Finished || st.End > oracle*6/5 {
 			t.Errorf("%s: work done at %v (finished %v), more than 1.2× static's %v", k, st.End, st.Finished, oracle)

@@ -23,7 +23,7 @@ type AIMDConfig struct {
 	// every request of a slow backend).
 	Timeout time.Duration
 	// Tolerance, with Timeout 0, is how far the RTT may rise above the
-	// no-load RTT before a sample is bad; at least 1. 0 means 1.85.
+	// no-load RTT before a sample is bad; at least 1. 0 means 1.7.
 	Tolerance float64
 	// RTTWindow, with Timeout 0, is how many recent OK samples the no-load
 	// RTT is the minimum of. 0 means every OK sample since the last
@@ -45,7 +45,7 @@ type AIMDConfig struct {
 const (
 	DefaultAIMDIncrease  = 1
 	DefaultAIMDBackoff   = 0.95
-	DefaultAIMDTolerance = 1.85
+	DefaultAIMDTolerance = 1.7
 )
 
 // AIMD is additive increase, multiplicative decrease: a good sample (OK, RTT

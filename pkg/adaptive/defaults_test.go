@@ -6,23 +6,24 @@ import (
 )
 
 // TestAIMDThresholdIsRelative: by default AIMD calls a sample bad when its
-// RTT is above 1.85 × the no-load RTT, so the threshold fits the backend:
+// RTT is above 1.7 × the no-load RTT, so the threshold fits the backend:
 // on a 40ms backend an 80ms answer is congestion (the old absolute 5s
-// default never fired before a client's own timeout).
+// default never fired before a client's own timeout), and the cut is the
+// deeper the further past the threshold.
 func TestAIMDThresholdIsRelative(t *testing.T) {
 	a := must(NewAIMD(AIMDConfig{MaxLimit: 100, InitialLimit: 20}))
 	now := t0
 	prime(t, a, &now) // no-load 40ms
-	if got := a.(*AIMD).OverdueAfter(); got != 74*time.Millisecond {
-		t.Fatalf("threshold %v, want 1.85 × 40ms = 74ms", got)
+	if got := a.(*AIMD).OverdueAfter(); got != 68*time.Millisecond {
+		t.Fatalf("threshold %v, want 1.7 × 40ms = 68ms", got)
 	}
-	feed(a, &now, 1, 10*time.Millisecond, 70*time.Millisecond, OK)
+	feed(a, &now, 1, 10*time.Millisecond, 65*time.Millisecond, OK)
 	if a.Limit() != 21 {
-		t.Fatalf("limit %d after a 70ms answer at the limit, want 21", a.Limit())
+		t.Fatalf("limit %d after a 65ms answer at the limit, want 21", a.Limit())
 	}
 	feed(a, &now, 1, 10*time.Millisecond, 80*time.Millisecond, OK)
-	if a.Limit() != 19 {
-		t.Fatalf("limit %d after an 80ms answer, want 21 × 0.95 = 19", a.Limit())
+	if a.Limit() != 17 {
+		t.Fatalf("limit %d after an 80ms answer, want 21 × 68/80 = 17", a.Limit())
 	}
 	// An absolute Timeout keeps the old meaning.
 	abs := must(NewAIMD(AIMDConfig{MaxLimit: 100, InitialLimit: 20, Timeout: time.Second}))
@@ -67,6 +68,15 @@ func TestRecalibrationIsOnByDefault(t *testing.T) {
 			}
 			if c.Limit() != before {
 				t.Fatalf("limit %d after the recalibration, want %d restored", c.Limit(), before)
+			}
+			// The no-load RTT is now the median of the pinned samples, and
+			// holds until the next recalibration: a minimum of jittered
+			// samples would sit below a typical unloaded answer and sink
+			// with every sample after.
+			now = now.Add(10 * time.Millisecond)
+			c.Observe(now, Sample{Start: now.Add(-30 * time.Millisecond), RTT: 30 * time.Millisecond, Inflight: 1, Outcome: OK})
+			if got, _ := noloadOf(c).min(); got != 50*time.Millisecond {
+				t.Fatalf("no-load RTT %v after the recalibration, want the pinned samples' median, 50ms", got)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package adaptive
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -66,6 +67,10 @@ type recalibrator struct {
 	active bool
 	since  time.Time // when the active recalibration pinned the limit
 	seen   int       // samples measured so far; Invariant: 0 ≤ seen < cfg.RequestCount while active
+	// measured holds the active recalibration's RTTs; its median becomes
+	// the no-load RTT (a minimum of jittered samples would sit below the
+	// typical unloaded answer, and sink further with every sample after).
+	measured []time.Duration
 }
 
 // newRecalibrator validates c against b for the controller ctrl.
@@ -143,8 +148,13 @@ func (r *recalibrator) step(now time.Time, s Sample, rtt time.Duration, noload *
 	switch p {
 	case recalBegin:
 		noload.reset()
-	case recalMeasure, recalEnd:
-		noload.push(rtt)
+		r.measured = r.measured[:0]
+	case recalMeasure:
+		r.measured = append(r.measured, rtt)
+	case recalEnd:
+		r.measured = append(r.measured, rtt)
+		slices.Sort(r.measured)
+		noload.fix(percentile(r.measured, 0.5))
 	}
 	return p
 }

@@ -13,7 +13,10 @@ import (
 // since the last reset. The zero value is unusable; make one with
 // newMinWindow.
 type minWindow struct {
-	n     uint64   // window length in values; 0: unbounded
+	n uint64 // window length in values; 0: unbounded
+	// fixed, when > 0 (unbounded windows only), is the minimum until the
+	// next reset: pushes leave it (see fix).
+	fixed time.Duration
 	seq   []uint64 // ring of (sequence number, value) pairs; cap n
 	val   []time.Duration
 	head  int    // index of the front (the window's minimum)
@@ -27,6 +30,9 @@ func newMinWindow(n int) *minWindow {
 
 // push adds v as the newest value and evicts values older than the window.
 func (w *minWindow) push(v time.Duration) {
+	if w.fixed > 0 {
+		return
+	}
 	if w.n == 0 { // unbounded: one cell holds the minimum
 		if w.size == 0 || v < w.val[0] {
 			w.val[0], w.size = v, 1
@@ -54,6 +60,9 @@ func (w *minWindow) back() int { return (w.head + w.size - 1) % len(w.val) }
 
 // min returns the minimum of the window; ok is false when it is empty.
 func (w *minWindow) min() (v time.Duration, ok bool) {
+	if w.fixed > 0 {
+		return w.fixed, true
+	}
 	if w.size == 0 {
 		return 0, false
 	}
@@ -61,7 +70,17 @@ func (w *minWindow) min() (v time.Duration, ok bool) {
 }
 
 // reset empties the window.
-func (w *minWindow) reset() { w.head, w.size, w.count = 0, 0, 0 }
+func (w *minWindow) reset() { w.head, w.size, w.count, w.fixed = 0, 0, 0, 0 }
+
+// fix holds an unbounded window's minimum at v until the next reset; a
+// bounded window takes v as a value pushed.
+func (w *minWindow) fix(v time.Duration) {
+	if w.n != 0 {
+		w.push(v)
+		return
+	}
+	w.fixed = max(v, 1)
+}
 
 // percentile returns the q-quantile (0 < q ≤ 1) of sorted by the nearest-rank
 // method: the smallest value with at least q of the values at or below it.
