@@ -48,12 +48,15 @@ const (
 	DefaultAIMDTolerance = 1.7
 )
 
-// AIMD is additive increase, multiplicative decrease: a good sample (OK, RTT
-// within the threshold, admitted near the limit) adds Increase; a bad one
-// (Error, Timeout, Dropped, or RTT above the threshold) multiplies the limit
-// by Backoff, rounding down, so it always shrinks by at least one until
-// MinLimit. The threshold is Timeout, or, by default, Tolerance × the
-// no-load RTT (the minimum over the last RTTWindow OK samples).
+// AIMD is additive increase, multiplicative decrease. A good sample (OK, RTT
+// within the threshold, admitted at the limit) adds Increase, paced (see
+// pacing): per sample in slow start, per round trip after the first cut. A
+// slow one (RTT above the threshold, or Overdue) multiplies the limit by
+// Backoff, down to 0.5 the further past the threshold, and a loss (Error,
+// Timeout) halves what was in flight when it was admitted; each once per
+// congestion event (see recovery). Dropped says nothing. The threshold is
+// Timeout, or, by default, Tolerance × the no-load RTT (see RTTWindow and
+// Recalibration).
 //
 // An AIMD is not safe for concurrent use; see Controller.
 type AIMD struct {

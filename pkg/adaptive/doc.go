@@ -7,16 +7,17 @@
 // Gradient2 (latency gradient against a rolling no-load RTT), AIMD (additive
 // increase, multiplicative decrease), P95 (a latency target on a windowed p95 or
 // EWMA, evaluated every tick) and Vegas (estimated queue length against
-// log10-scaled thresholds). Gradient2 and Vegas can opt in to Envoy-style
-// minRTT recalibration.
+// log10-scaled thresholds). Gradient2, Vegas and AIMD re-measure the
+// no-load RTT by Envoy-style minRTT recalibration, by default every 15 s.
 //
 // A Gate is the thin concurrent wrapper around one Controller: it admits a
 // request while fewer than the current limit are in flight, optionally queues
 // the rest (FIFO or LIFO, bounded in length and in wait), and hands back a
 // Lease whose Release records the request's Sample and frees its slot for the
-// next waiter. Every limit adjustment happens on that release path; there is
-// no background timer. A Gate is safe for concurrent use; Controllers are not
-// and must each belong to one Gate.
+// next waiter. Every limit adjustment happens on that release path, or when
+// an admission or rejection finds a request in flight overdue (see
+// OverdueReporter); there is no background timer. A Gate is safe for
+// concurrent use; Controllers are not and must each belong to one Gate.
 //
 // The caller stamps time once per request at the edge and passes it down, as
 // golang.org/x/time/rate does; tests drive everything on a fixed timeline and

@@ -42,15 +42,18 @@ const (
 )
 
 // Gradient2 is the gradient2 control law: it compares each RTT with the
-// no-load RTT (the minimum over the last RTTWindow OK samples, kept in a
-// monotonic deque) and moves an estimate towards
+// no-load RTT (see RTTWindow and Recalibration) and moves an estimate
+// towards
 //
 //	newLimit = estimate·gradient + √estimate
 //
-// by an exponential moving average. The √estimate headroom probes for
-// capacity quickly at small limits and gently at large ones. Error, Timeout
-// and Dropped samples do not feed the no-load RTT; they apply the smallest
-// gradient (0.5), and can only lower the limit.
+// by an exponential moving average, its rises paced (see pacing). The
+// √estimate headroom probes for capacity quickly at small limits and gently
+// at large ones. An Overdue sample applies the smallest gradient (0.25) once
+// per congestion event; a loss (Error, Timeout) sets the estimate at once
+// to the floor's target from what was in flight when it was admitted, once
+// per event (see recovery); Dropped says nothing. Only OK samples feed the
+// no-load RTT.
 //
 // A Gradient2 is not safe for concurrent use; see Controller.
 type Gradient2 struct {

@@ -93,8 +93,10 @@ const minErrorSamples = 5
 // increasing slowly and decreasing fast. Every TickInterval it computes the
 // signal over the samples of the last Window: above Target·(1+Tolerance) the
 // limit is multiplied by DecreaseFactor; below Target·(1−Tolerance) it gains
-// IncreaseStep; inside the band it holds. Dropped samples are ignored; Error
-// samples count only towards the error rate.
+// IncreaseStep; inside the band it holds. Above MaxErrorRate errors
+// (Error, Timeout, Overdue) since the previous evaluation it decreases at
+// once, from what was in flight. Dropped samples are ignored; Error and
+// Overdue samples count only towards the error rate.
 //
 // A P95 is not safe for concurrent use; see Controller.
 type P95 struct {

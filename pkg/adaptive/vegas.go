@@ -30,11 +30,13 @@ type VegasConfig struct {
 //	queue = limit·(1 − rttNoload/rtt)
 //
 // and with step = max(1, ⌊log10(limit)⌋), alpha = max(1, 3·log10(limit)) and
-// beta = max(1, 6·log10(limit)): queue < alpha raises the limit by step (if the
-// sample was admitted near the limit), queue > beta lowers it by step, and
-// anything between holds. Error, Timeout and Dropped samples lower it by step
-// and do not feed the no-load RTT (the minimum over the last RTTWindow OK
-// samples).
+// beta = max(1, 6·log10(limit)): queue < alpha raises the limit by step (if
+// the sample was admitted at the limit; paced, see pacing), queue > beta or
+// an Overdue sample lowers it by step, once per congestion event, and
+// anything between holds. A loss (Error, Timeout) halves what was in flight
+// when it was admitted, once per event (see recovery); Dropped says
+// nothing. Only OK samples feed the no-load RTT (see RTTWindow and
+// Recalibration).
 //
 // A Vegas is not safe for concurrent use; see Controller.
 type Vegas struct {
