@@ -175,14 +175,14 @@ func value(v *commonpb.AnyValue) string {
 	case *commonpb.AnyValue_StringValue:
 		return x.StringValue
 	case *commonpb.AnyValue_IntValue:
-		return formatInt(x.IntValue)
+		return strconv.FormatInt(x.IntValue, 10)
 	case *commonpb.AnyValue_BoolValue:
 		if x.BoolValue {
 			return "true"
 		}
 		return "false"
 	case *commonpb.AnyValue_DoubleValue:
-		return formatFloat(x.DoubleValue)
+		return strconv.FormatFloat(x.DoubleValue, 'g', -1, 64)
 	case *commonpb.AnyValue_ArrayValue:
 		var s string
 		for i, e := range x.ArrayValue.GetValues() {
@@ -195,6 +195,3 @@ func value(v *commonpb.AnyValue) string {
 	}
 	return ""
 }
-
-func formatInt(i int64) string     { return strconv.FormatInt(i, 10) }
-func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

@@ -297,7 +297,7 @@ func (g *Gate) release(s *slot, gen uint64, now time.Time, o Outcome) {
 	}
 	rtt := max(now.Sub(s.start), 0)
 	g.stats.add(rtt, o)
-	if o == OK && s.start.After(g.newestDone) {
+	if g.overdue != nil && o == OK && s.start.After(g.newestDone) {
 		g.newestDone, g.newestRTT = s.start, rtt
 	}
 	old := g.reportOverdueLocked(now)

@@ -31,11 +31,11 @@ type slot struct {
 	inflight int       // inflight at admission, itself included
 	limit    int       // the limit at admission
 	next     *slot     // free list link
-	// older and newer link the slot into the list its stage puts it on,
-	// in admission order: Gate.pending while on time, Gate.late once
-	// reported overdue, none once reported lost.
-	older, newer *slot
-	stage        slotStage
+	// links place the slot on the list its stage puts it on, in admission
+	// order: Gate.pending while on time, Gate.late once reported overdue,
+	// none once reported lost.
+	links links[slot]
+	stage slotStage
 }
 
 // slotStage is where an admitted request stands in the gate's overdue and
@@ -47,34 +47,6 @@ const (
 	late                    // reported Overdue; on Gate.late
 	lost                    // reported lost (a Timeout); on no list
 )
-
-// slotList is an intrusive doubly linked list of slots in admission order,
-// oldest at the head.
-type slotList struct{ head, tail *slot }
-
-func (q *slotList) pushBack(s *slot) {
-	s.older, s.newer = q.tail, nil
-	if q.tail != nil {
-		q.tail.newer = s
-	} else {
-		q.head = s
-	}
-	q.tail = s
-}
-
-func (q *slotList) remove(s *slot) {
-	if s.older != nil {
-		s.older.newer = s.newer
-	} else {
-		q.head = s.newer
-	}
-	if s.newer != nil {
-		s.newer.older = s.older
-	} else {
-		q.tail = s.older
-	}
-	s.older, s.newer = nil, nil
-}
 
 // waitState is where a queued request stands. It leaves waitQueued once, under
 // Gate.mu, and then never changes.
@@ -89,11 +61,11 @@ const (
 
 // waiter is one request in a Gate's queue.
 type waiter struct {
-	prev, next *waiter
-	deadline   time.Time     // zero: no deadline
-	ready      chan struct{} // closed when state leaves waitQueued
-	state      waitState     // guarded by Gate.mu until ready is closed
-	lease      Lease         // set when admitted
+	links    links[waiter] // its place in the queue
+	deadline time.Time     // zero: no deadline
+	ready    chan struct{} // closed when state leaves waitQueued
+	state    waitState     // guarded by Gate.mu until ready is closed
+	lease    Lease         // set when admitted
 }
 
 // expired reports whether w's deadline has passed at now.
@@ -101,34 +73,54 @@ func (w *waiter) expired(now time.Time) bool {
 	return !w.deadline.IsZero() && !now.Before(w.deadline)
 }
 
-// waitList is an intrusive doubly linked list of waiters, oldest at the head.
-type waitList struct {
-	head, tail *waiter
+// links are an element's place in an intrusive list.
+type links[T any] struct{ prev, next *T }
+
+// listed is what a list holds: a pointer to an element with links.
+type listed[T any] interface {
+	*T
+	place() *links[T]
+}
+
+// list is an intrusive doubly linked list, oldest at the head: the gate's
+// queue of waiters and its lists of slots in flight.
+type list[T any, P listed[T]] struct {
+	head, tail *T
 	len        int
 }
 
-func (q *waitList) pushBack(w *waiter) {
-	w.prev, w.next = q.tail, nil
+func (q *list[T, P]) pushBack(x *T) {
+	l := P(x).place()
+	l.prev, l.next = q.tail, nil
 	if q.tail != nil {
-		q.tail.next = w
+		P(q.tail).place().next = x
 	} else {
-		q.head = w
+		q.head = x
 	}
-	q.tail = w
+	q.tail = x
 	q.len++
 }
 
-func (q *waitList) remove(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
+func (q *list[T, P]) remove(x *T) {
+	l := P(x).place()
+	if l.prev != nil {
+		P(l.prev).place().next = l.next
 	} else {
-		q.head = w.next
+		q.head = l.next
 	}
-	if w.next != nil {
-		w.next.prev = w.prev
+	if l.next != nil {
+		P(l.next).place().prev = l.prev
 	} else {
-		q.tail = w.prev
+		q.tail = l.prev
 	}
-	w.prev, w.next = nil, nil
+	l.prev, l.next = nil, nil
 	q.len--
 }
+
+type (
+	waitList = list[waiter, *waiter]
+	slotList = list[slot, *slot]
+)
+
+func (w *waiter) place() *links[waiter] { return &w.links }
+func (s *slot) place() *links[slot]     { return &s.links }
