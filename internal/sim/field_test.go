@@ -195,3 +195,36 @@ func TestFieldCapacityDropDefaults(t *testing.T) {
 		}
 	}
 }
+
+// A hard cap does not move: once it has cost a loss, a limit comes back to
+// the level that lost slowly and probes past it rarely (pacing's loss
+// ceiling, as CUBIC does). Before, gradient2, aimd and vegas came back a
+// few round trips after each cut; once settled they failed 1.4–2.4
+// requests a second on drop-cap, 4.9–5.2 on rate-cap and 15–17 on
+// defer-cap. Now about one probe every two seconds: a dropped request
+// each (at most 0.5 a second), a round trip of deferrals each on
+// defer-cap (at most 6 a second), and on rate-cap at most 2 a second.
+func TestFieldHardCapsAreProbedRarely(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		perSecond float64
+	}{{"drop-cap", 0.5}, {"defer-cap", 6}, {"rate-cap", 2}} {
+		sc, res := runField(t, c.name)
+		for _, k := range []string{KindGradient2, KindAIMD, KindVegas} {
+			failed, secs := 0, 0
+			for _, r := range res[k].Rows {
+				if r.T <= sc.Settle || r.T > res[k].Stats.End {
+					continue
+				}
+				failed += r.Errors + r.ClientTimeouts
+				secs++
+			}
+			if secs == 0 {
+				t.Fatalf("%s %s: no settled second (end %v)", c.name, k, res[k].Stats.End)
+			}
+			if rate := float64(failed) / float64(secs); rate > c.perSecond {
+				t.Errorf("%s %s: %d failed over %d settled seconds, %.1f a second (bound %.1f)", c.name, k, failed, secs, rate, c.perSecond)
+			}
+		}
+	}
+}

@@ -168,6 +168,7 @@ func (a *AIMD) Observe(now time.Time, s Sample) int {
 	switch {
 	case s.Outcome == Error || s.Outcome == Timeout: // a loss (see recovery)
 		if a.losses.newEvent(now, s) {
+			a.pace.loss(now, float64(min(a.limit, s.Inflight)))
 			a.limit = a.b.clamp(min(a.limit, s.Inflight) / 2)
 			a.pace.cut(a.limit)
 		}
@@ -186,7 +187,7 @@ func (a *AIMD) Observe(now time.Time, s Sample) int {
 			a.pace.cut(a.limit)
 		}
 	case a.losses.mayGrow(s) && a.delays.mayGrow(s) && utilized(s, a.limit, a.minUtil, a.pace.slow(a.limit)):
-		a.limit = a.b.clamp(a.pace.grow(a.limit, a.increase))
+		a.limit = a.b.clamp(a.pace.grow(now, a.limit, a.increase))
 	}
 	return a.limit
 }

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -30,6 +31,24 @@ func TestAIMDThresholdIsRelative(t *testing.T) {
 	feed(abs, &now, 1, 10*time.Millisecond, 900*time.Millisecond, OK)
 	if abs.Limit() != 21 || abs.(*AIMD).OverdueAfter() != time.Second {
 		t.Fatalf("absolute: limit %d threshold %v", abs.Limit(), abs.(*AIMD).OverdueAfter())
+	}
+}
+
+// TestVegasOverdueFloor: Vegas calls a request overdue where its queue
+// estimate would pass beta, but never before 1.5 × the no-load RTT: at a
+// limit of 100 beta's RTT is 1.14 × (45.5ms on a 40ms backend), within
+// the jitter of an unloaded answer; at 20 it is 1.64 × (65.6ms).
+func TestVegasOverdueFloor(t *testing.T) {
+	for _, c := range []struct {
+		limit int
+		want  time.Duration
+	}{{100, 60 * time.Millisecond}, {20, time.Duration(40e6 / (1 - 6*math.Log10(20)/20))}} {
+		v := must(NewVegas(VegasConfig{MaxLimit: 200, InitialLimit: c.limit}))
+		now := t0
+		prime(t, v, &now) // no-load 40ms
+		if got := v.(*Vegas).OverdueAfter(); got != c.want {
+			t.Errorf("limit %d: overdue after %v, want %v", c.limit, got, c.want)
+		}
 	}
 }
 

@@ -27,6 +27,7 @@ package adaptive
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -186,9 +187,50 @@ func (r *recovery) mayGrow(s Sample) bool { return !s.Start.Before(r.cut) }
 // later, deeper cut took — it is slow start again. Without it a controller
 // adding a step per sample probes past a hard cap (a concurrency or rate
 // limit) every few round trips, and each probe costs a failed request.
+//
+// A loss also leaves a ceiling on growth, CUBIC's window curve (RFC 9438):
+//
+//	W(t) = Wmax + C·(t − K)³,  K = ∛(Wmax·½ / C)
+//
+// t seconds after the loss, Wmax the level that lost (min(limit, in
+// flight) when the lost request was admitted) and C lossCubicC. It starts
+// at half of Wmax, rises fast, flattens into a plateau at Wmax K seconds
+// on (2.3 s for Wmax 10, 5 s for 100), and past it grows slowly, then
+// fast. A hard cap — a backend that drops or defers above a concurrency
+// or a rate — does not move, and each probe past it costs failed requests:
+// with the ceiling it is probed every few seconds rather than every few
+// round trips (a third to a tenth of the failures once settled on
+// drop-cap, defer-cap and rate-cap). Delay cuts leave no ceiling: a
+// backend that slows down is not a cap, and its limit should come back as
+// fast as its latency does. The ceiling is in seconds, not round trips, as
+// CUBIC's is, so a backend answering in 5 ms is not probed ten times as
+// often as one answering in 50.
 type pacing struct {
 	threshold int     // the limit the last cut left; 0 before any
 	credit    float64 // fractional steps earned in congestion avoidance
+	// lossMax, lossK and lossAt are the last loss's Wmax, its K in
+	// seconds, and when it was seen; lossMax 0 before any loss.
+	lossMax, lossK float64
+	lossAt         time.Time
+}
+
+// lossCubicC is pacing's C, in limit units per second cubed: CUBIC's 0.4.
+const lossCubicC = 0.4
+
+// loss records a loss seen at now when from were in flight (see pacing).
+func (p *pacing) loss(now time.Time, from float64) {
+	p.lossMax, p.lossAt = from, now
+	p.lossK = math.Cbrt(from * 0.5 / lossCubicC)
+}
+
+// ceiling returns the most the limit may grow to at now: +Inf before any
+// loss.
+func (p *pacing) ceiling(now time.Time) float64 {
+	if p.lossMax == 0 {
+		return math.Inf(1)
+	}
+	d := now.Sub(p.lossAt).Seconds() - p.lossK
+	return p.lossMax + lossCubicC*d*d*d
 }
 
 // slow reports whether limit is in slow start.
@@ -197,10 +239,15 @@ func (p *pacing) slow(limit int) bool { return p.threshold == 0 || limit < p.thr
 // cut records that the limit was cut to limit.
 func (p *pacing) cut(limit int) { p.threshold, p.credit = limit, 0 }
 
-// grow returns limit raised for one sample that may raise it by step.
-func (p *pacing) grow(limit, step int) int {
+// grow returns limit raised for one sample at now that may raise it by
+// step, never above the ceiling (nor below limit).
+func (p *pacing) grow(now time.Time, limit, step int) int {
+	c := math.MaxInt
+	if p.lossMax > 0 {
+		c = max(limit, int(min(p.ceiling(now), math.MaxInt32)))
+	}
 	if p.threshold == 0 || limit < p.threshold {
-		return limit + step
+		return min(limit+step, c)
 	}
 	p.credit += float64(step) / float64(limit)
 	if p.credit < 1 {
@@ -208,16 +255,18 @@ func (p *pacing) grow(limit, step int) int {
 	}
 	n := int(p.credit)
 	p.credit -= float64(n)
-	return limit + n
+	return min(limit+n, c)
 }
 
 // growF is grow for a continuous estimate: the rise from cur to next,
-// at most 1/cur (a step per round trip) in congestion avoidance.
-func (p *pacing) growF(cur, next float64) float64 {
+// at most 1/cur (a step per round trip) in congestion avoidance, and never
+// above the ceiling at now (nor below cur).
+func (p *pacing) growF(now time.Time, cur, next float64) float64 {
+	c := max(cur, p.ceiling(now))
 	if p.threshold == 0 || cur < float64(p.threshold) {
-		return next
+		return min(next, c)
 	}
-	return min(next, cur+1/cur)
+	return min(next, cur+1/cur, c)
 }
 
 // bounds is a validated [min, max] range and a starting limit inside it.

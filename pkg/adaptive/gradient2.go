@@ -164,6 +164,7 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 			// floor's target at once, from what was in flight when the
 			// lost request was admitted.
 			m := min(g.estimate, float64(s.Inflight))
+			g.pace.loss(now, m)
 			g.estimate = g.b.clampF(min(g.estimate, gradientFloor*m+math.Sqrt(m)))
 			g.limit = g.b.clamp(int(g.estimate))
 			g.pace.cut(g.limit)
@@ -189,7 +190,7 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 	}
 	next := g.estimate*(1-g.smoothing) + newLimit*g.smoothing
 	if next > g.estimate {
-		next = g.pace.growF(g.estimate, next)
+		next = g.pace.growF(now, g.estimate, next)
 	}
 	g.estimate = g.b.clampF(next)
 	g.limit = g.b.clamp(int(g.estimate))

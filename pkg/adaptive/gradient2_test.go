@@ -91,6 +91,31 @@ func TestVegasSteps(t *testing.T) {
 	}
 }
 
+// Vegas judges a round trip by its fastest answer, as Linux's tcp_vegas
+// does: one slow answer among fast ones is the tail and moves nothing,
+// while a round trip in which every answer is slow lowers the limit.
+// Judged by its own RTT, the slow one alone would cut.
+func TestVegasJudgesARoundTripByItsFastestAnswer(t *testing.T) {
+	v := must(NewVegas(VegasConfig{MaxLimit: 200, InitialLimit: 30, RTTWindow: 1000, Recalibration: Recalibration{Interval: -1}}))
+	now := t0
+	prime(t, v, &now)
+	now = now.Add(time.Second)
+	// At 30, alpha is 4.4 and beta 8.9: 50 ms against the no-load 40 ms is
+	// a queue of 6, which holds; 80 ms alone would be 15, past beta.
+	feed(v, &now, 20, 4*time.Millisecond, 50*time.Millisecond, OK)
+	if got := v.Limit(); got != 30 {
+		t.Fatalf("limit %d after answers that hold, want 30", got)
+	}
+	if got := feed(v, &now, 1, 4*time.Millisecond, 80*time.Millisecond, OK)[0]; got != 30 {
+		t.Fatalf("one slow answer among fast ones took the limit to %d, want 30", got)
+	}
+	feed(v, &now, 5, 4*time.Millisecond, 50*time.Millisecond, OK)
+	limits := feed(v, &now, 30, 4*time.Millisecond, 80*time.Millisecond, OK) // three round trips of slow answers
+	if got := limits[len(limits)-1]; got != 29 {
+		t.Fatalf("limit %d after round trips of slow answers, want 29 (−1, once per congestion event): %v", got, limits)
+	}
+}
+
 // The no-load RTT is a rolling minimum: after a deploy that makes every
 // request slower, it drifts up once RTTWindow samples have passed.
 func TestGradient2BaselineDrifts(t *testing.T) {

@@ -162,21 +162,70 @@ func TestGrowthAtMostDoublesPerRTT(t *testing.T) {
 // the whole step again.
 func TestPacing(t *testing.T) {
 	var p pacing
-	if got := p.grow(10, 1); got != 11 {
+	if got := p.grow(t0, 10, 1); got != 11 {
 		t.Fatalf("slow start: 10 → %d, want 11", got)
 	}
 	p.cut(8)
 	limit := 8
 	for i := range 8 { // one round trip of samples at 8
-		limit = p.grow(limit, 1)
+		limit = p.grow(t0, limit, 1)
 		if want := 8 + (i+1)/8; limit != want {
 			t.Fatalf("sample %d after the cut: limit %d, want %d", i, limit, want)
 		}
 	}
-	if got := p.grow(5, 1); got != 6 {
+	if got := p.grow(t0, 5, 1); got != 6 {
 		t.Fatalf("below the cut's limit: 5 → %d, want 6", got)
 	}
-	if got := p.growF(20, 25); got != 20.05 {
+	if got := p.growF(t0, 20, 25); got != 20.05 {
 		t.Fatalf("growF above the threshold: 20 → %v, want 20.05", got)
+	}
+}
+
+// TestPacingLossCeiling: after a loss at 10 in flight the limit climbs
+// back under CUBIC's curve: fast to 9 (in about a second), then flat to
+// 10 at 2.3 s, reaching 11 — the first probe past the level that lost —
+// only after 3.7 s, and past it faster and faster
+// (W(t) = 10 + 0.4·(t − ∛12.5)³).
+// Growing a step per round trip of 50 ms without it, the limit would
+// probe 11 in under half a second. A continuous estimate is held alike.
+func TestPacingLossCeiling(t *testing.T) {
+	var p pacing
+	p.loss(t0, 10)
+	p.cut(5)
+	limit, at := 5, map[int]time.Duration{}
+	for ms := 0; ms <= 6000; ms += 5 { // a sample at the limit every 5 ms: 10 per round trip at 50 ms
+		now := t0.Add(time.Duration(ms) * time.Millisecond)
+		next := p.grow(now, limit, 1)
+		if c := p.ceiling(now); next > limit && float64(next) > c {
+			t.Fatalf("at %v: grew %d → %d, above the ceiling %.2f", now.Sub(t0), limit, next, c)
+		}
+		for l := limit + 1; l <= next; l++ {
+			at[l] = now.Sub(t0)
+		}
+		limit = next
+	}
+	for _, c := range []struct {
+		limit    int
+		from, to time.Duration
+	}{
+		{9, 900 * time.Millisecond, 1300 * time.Millisecond},
+		{10, 2300 * time.Millisecond, 2600 * time.Millisecond},
+		{11, 3650 * time.Millisecond, 3900 * time.Millisecond},
+		{12, 4000 * time.Millisecond, 4300 * time.Millisecond},
+	} {
+		if got, ok := at[c.limit]; !ok || got < c.from || got > c.to {
+			t.Errorf("reached %d at %v (reached %v), want within [%v, %v]", c.limit, got, ok, c.from, c.to)
+		}
+	}
+	if limit < 14 {
+		t.Errorf("limit %d 6 s after the loss: past the plateau it should grow (to the ceiling %.1f)", limit, p.ceiling(t0.Add(6*time.Second)))
+	}
+	if got := p.growF(t0.Add(2*time.Second), 9.5, 12); got > p.ceiling(t0.Add(2*time.Second)) {
+		t.Errorf("growF to %.2f, above the ceiling %.2f", got, p.ceiling(t0.Add(2*time.Second)))
+	}
+	// A loss does not lower a limit already above the ceiling: it only
+	// stops it growing.
+	if got := p.grow(t0.Add(time.Second), 12, 1); got != 12 {
+		t.Errorf("12 above the ceiling grew to %d, want it held at 12", got)
 	}
 }

@@ -24,10 +24,17 @@ type VegasConfig struct {
 	Recalibration Recalibration
 }
 
-// Vegas is the TCP Vegas law as Netflix's concurrency-limits applies it. From
+// Vegas is the TCP Vegas law as Netflix's concurrency-limits applies it. At
 // each OK sample it estimates the requests queued at the backend,
 //
-//	queue = limit·(1 − rttNoload/rtt)
+//	queue = limit·(1 − rttNoload/rttRound)
+//
+// rttRound the fastest answer of the round trip so far and the one before
+// (a round trip is a no-load RTT long), as Linux's tcp_vegas judges each
+// round trip by its least RTT: a slow answer among fast ones is the
+// latency's tail, not a queue, and judging each sample by its own RTT kept
+// the limit where the tail, not the queue, reached beta (75-80% of the
+// capacity on load-step's overload).
 //
 // and with step = max(1, ⌊log10(limit)⌋), alpha = max(1, 3·log10(limit)) and
 // beta = max(1, 6·log10(limit)): queue < alpha raises the limit by step (if
@@ -41,6 +48,7 @@ type VegasConfig struct {
 // A Vegas is not safe for concurrent use; see Controller.
 type Vegas struct {
 	b       bounds
+	recent  roundMin // this round trip's least RTT (and the last one's)
 	minUtil float64
 	limit   int // Invariant: b.min ≤ limit ≤ b.max
 	noload  *minWindow
@@ -90,9 +98,12 @@ func (*Vegas) Name() string { return "vegas" }
 func (v *Vegas) Limit() int { return v.limit }
 
 // OverdueAfter is the RTT above which a sample's queue estimate passes
-// beta and lowers the limit: a request in flight longer is a congestion
-// signal already (see OverdueReporter). 0 before the first OK sample, and
-// while the limit is at most beta (no RTT lowers it then).
+// beta and lowers the limit, and at least 1.5× the no-load RTT: a request
+// in flight longer is a congestion signal already (see OverdueReporter).
+// 0 before the first OK sample, and while the limit is at most beta (no
+// RTT lowers it then). The floor: at large limits beta's RTT comes within
+// the jitter of the no-load RTT (1.14× at a limit of 100), and one request
+// that slow is the tail, which the law itself no longer cuts for.
 func (v *Vegas) OverdueAfter() time.Duration { return v.after }
 
 // setAfter brings OverdueAfter up to date (computed again only when the
@@ -109,7 +120,7 @@ func (v *Vegas) setAfter() {
 		v.after = 0
 		return
 	}
-	v.after = time.Duration(float64(noload) / (1 - beta/l))
+	v.after = max(time.Duration(float64(noload)/(1-beta/l)), noload*3/2)
 }
 
 // Observe folds s in at now and returns the limit now in force.
@@ -132,6 +143,7 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 	switch s.Outcome {
 	case Error, Timeout: // a loss (see recovery): halve what was in flight
 		if v.losses.newEvent(now, s) {
+			v.pace.loss(now, float64(min(v.limit, s.Inflight)))
 			v.limit = v.b.clamp(min(v.limit, s.Inflight) / 2)
 			v.pace.cut(v.limit)
 		}
@@ -147,15 +159,40 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 	}
 	v.noload.push(rtt)
 	noload, _ := v.noload.min()
-	queue := l * (1 - float64(noload)/float64(rtt))
+	queue := l * (1 - float64(noload)/float64(v.recent.push(now, rtt, noload)))
 	switch {
 	case queue < max(1, 3*lg):
 		if v.losses.mayGrow(s) && v.delays.mayGrow(s) && utilized(s, v.limit, v.minUtil, v.pace.slow(v.limit)) {
-			v.limit = v.b.clamp(v.pace.grow(v.limit, step))
+			v.limit = v.b.clamp(v.pace.grow(now, v.limit, step))
 		}
 	case queue > max(1, 6*lg) && v.delays.newEvent(now, s): // once per congestion event
 		v.limit = v.b.clamp(v.limit - step)
 		v.pace.cut(v.limit)
 	}
 	return v.limit
+}
+
+// roundMin is the least RTT of the current round trip and the one before
+// it, a round trip being round long (the no-load RTT) from its first
+// sample; a round trip ended two or more ago is forgotten.
+type roundMin struct {
+	start     time.Time     // when the current round trip began
+	prev, cur time.Duration // their least RTTs; 0: none
+}
+
+// push adds rtt, seen at now, and returns the least RTT of this round trip
+// and the one before.
+func (r *roundMin) push(now time.Time, rtt, round time.Duration) time.Duration {
+	switch age := now.Sub(r.start); {
+	case r.cur == 0 || age >= 2*round:
+		r.prev, r.cur, r.start = 0, rtt, now
+	case age >= round:
+		r.prev, r.cur, r.start = r.cur, rtt, now
+	default:
+		r.cur = min(r.cur, rtt)
+	}
+	if r.prev > 0 {
+		return min(r.prev, r.cur)
+	}
+	return r.cur
 }
