@@ -101,15 +101,11 @@ func TestControllersHoldInsideTheBand(t *testing.T) {
 }
 
 // Error, Timeout and Dropped never raise a limit, and Error and Timeout
-// lower it for every controller but p95, which reacts per tick and judges a
-// Timeout by its RTT like any latency sample (so a 5ms "timeout" is fast to
-// it; see TestP95TimeoutsAreLatency).
+// lower it for every controller (p95's errors through its error rate, its
+// timeouts at once: TestP95TimeoutsCutOncePerEvent).
 func TestControllersBadOutcomesNeverRaise(t *testing.T) {
 	for _, tc := range controllers {
 		for _, o := range []Outcome{Error, Timeout, Dropped} {
-			if tc.name == "p95" && o == Timeout {
-				continue
-			}
 			t.Run(tc.name+"/"+o.String(), func(t *testing.T) {
 				c, now := tc.make(t, 1, 50, 30), t0
 				prime(t, c, &now)
@@ -117,7 +113,7 @@ func TestControllersBadOutcomesNeverRaise(t *testing.T) {
 				if slices.Max(limits) > 30 {
 					t.Fatalf("limit rose on %v: %v", o, limits)
 				}
-				if tc.name != "p95" && o != Dropped && limits[len(limits)-1] >= 30 {
+				if o != Dropped && limits[len(limits)-1] >= 30 {
 					t.Fatalf("limit did not fall on %v: %v", o, limits)
 				}
 			})

@@ -95,8 +95,14 @@ const minErrorSamples = 5
 // limit is multiplied by DecreaseFactor; below Target·(1−Tolerance) it gains
 // IncreaseStep; inside the band it holds. Above MaxErrorRate errors
 // (Error, Timeout, Overdue) since the previous evaluation it decreases at
-// once, from what was in flight. Dropped samples are ignored; Error and
-// Overdue samples count only towards the error rate.
+// once, from what was in flight. A Timeout — a request the backend never
+// answered: the client gave up, or the gate found it lost — decreases it at
+// once too, from what was in flight, once per congestion event (see
+// recovery), as it does every controller: an error may be the
+// application's and is weighed as a rate, but silence above a cap is the
+// backend's, and a rate of it lets a drop a second through (1.2 a second
+// on drop-cap, under 1%). Dropped samples are ignored; Error, Overdue and
+// Timeout samples count towards the error rate, not the latency signal.
 //
 // A P95 is not safe for concurrent use; see Controller.
 type P95 struct {
@@ -117,6 +123,7 @@ type P95 struct {
 	// failed ones since the previous evaluation: the error rate's window.
 	recent, recentFailed int
 	calmUntil            time.Time // end of the cooldown after the last decrease
+	losses               recovery  // Timeout
 	peak                 int       // highest Inflight since the last evaluation
 }
 
@@ -224,6 +231,13 @@ func (p *P95) Observe(now time.Time, s Sample) int {
 	if p.next.IsZero() {
 		p.next = now.Add(p.c.TickInterval)
 	}
+	if s.Outcome == Timeout && !now.Before(p.calmUntil) && p.losses.newEvent(now, s) { // never answered: a loss (see recovery)
+		p.limit = min(p.limit, max(s.Inflight, p.b.min))
+		p.decrease(now)
+		p.recent, p.recentFailed, p.peak = 0, 0, 0
+		p.next = now.Add(p.c.TickInterval)
+		return p.limit
+	}
 	if s.Outcome.failed() && p.erring() && !now.Before(p.calmUntil) {
 		// Errors are not left to the next tick: a backend answering fast
 		// errors takes a tick's worth of requests meanwhile. The cut is
@@ -259,7 +273,10 @@ func (p *P95) evaluate(now time.Time) {
 	lat := p.scratch[:0]
 	for k := range p.size {
 		i := (p.head + k) % len(p.at)
-		if o := p.outcome[i]; o != Error && o != Overdue { // an overdue request's own sample comes later
+		// An error's RTT is not the backend's latency, an overdue request's
+		// own sample comes later, and a timeout is a loss (Observe), its
+		// RTT only when someone gave up.
+		if o := p.outcome[i]; o != Error && o != Overdue && o != Timeout {
 			lat = append(lat, p.rtt[i])
 		}
 	}

@@ -143,11 +143,20 @@ func TestP95ErrorRateDecreasesWhenLatencyIsFine(t *testing.T) {
 	}
 }
 
-func TestP95TimeoutsAreLatency(t *testing.T) {
+// A timeout — a request never answered — cuts p95's limit at once, from
+// what was in flight, even with the error rate off, once per congestion
+// event: the timeouts of requests admitted before the cut neither cut
+// again nor count as latency at the next tick; one admitted after it cuts
+// again.
+func TestP95TimeoutsCutOncePerEvent(t *testing.T) {
 	c, now := newKataP95(t, 1, 10, 10, func(c *P95Config) { c.MaxErrorRate = -1 }), t0
 	feed(c, &now, 21, 5*time.Millisecond, time.Second, Timeout)
 	if c.Limit() != 7 {
-		t.Fatalf("limit %d after slow timeouts, want 7", c.Limit())
+		t.Fatalf("limit %d after a burst of timeouts, want 7 (one cut of ×0.7)", c.Limit())
+	}
+	feed(c, &now, 1, 5*time.Millisecond, 40*time.Millisecond, Timeout)
+	if c.Limit() != 4 {
+		t.Fatalf("limit %d after a timeout admitted after the cut, want 4", c.Limit())
 	}
 }
 
