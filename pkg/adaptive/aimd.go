@@ -168,9 +168,9 @@ func (a *AIMD) Observe(now time.Time, s Sample) int {
 	switch {
 	case s.Outcome == Error || s.Outcome == Timeout: // a loss (see recovery)
 		if a.losses.newEvent(now, s) {
-			a.pace.loss(now, float64(min(a.limit, s.Inflight)))
-			a.limit = a.b.clamp(min(a.limit, s.Inflight) / 2)
-			a.pace.cut(a.limit)
+			m := min(a.limit, s.Inflight)
+			a.limit = a.b.clamp(m / 2)
+			a.pace.loss(now, float64(m), a.limit)
 		}
 	case s.Outcome == Overdue: // past the threshold already: once per congestion event
 		if a.delays.newEvent(now, s) {

@@ -217,10 +217,12 @@ type pacing struct {
 // lossCubicC is pacing's C, in limit units per second cubed: CUBIC's 0.4.
 const lossCubicC = 0.4
 
-// loss records a loss seen at now when from were in flight (see pacing).
-func (p *pacing) loss(now time.Time, from float64) {
+// loss records a loss seen at now when from were in flight (see pacing),
+// which cut the limit to limit (see cut).
+func (p *pacing) loss(now time.Time, from float64, limit int) {
 	p.lossMax, p.lossAt = from, now
 	p.lossK = math.Cbrt(from * 0.5 / lossCubicC)
+	p.cut(limit)
 }
 
 // ceiling returns the most the limit may grow to at now: +Inf before any

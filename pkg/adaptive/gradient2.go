@@ -164,10 +164,9 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 			// floor's target at once, from what was in flight when the
 			// lost request was admitted.
 			m := min(g.estimate, float64(s.Inflight))
-			g.pace.loss(now, m)
 			g.estimate = g.b.clampF(min(g.estimate, gradientFloor*m+math.Sqrt(m)))
 			g.limit = g.b.clamp(int(g.estimate))
-			g.pace.cut(g.limit)
+			g.pace.loss(now, m, g.limit)
 		}
 		return g.limit
 	}

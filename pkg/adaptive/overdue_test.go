@@ -190,8 +190,7 @@ func TestPacing(t *testing.T) {
 // probe 11 in under half a second. A continuous estimate is held alike.
 func TestPacingLossCeiling(t *testing.T) {
 	var p pacing
-	p.loss(t0, 10)
-	p.cut(5)
+	p.loss(t0, 10, 5)
 	limit, at := 5, map[int]time.Duration{}
 	for ms := 0; ms <= 6000; ms += 5 { // a sample at the limit every 5 ms: 10 per round trip at 50 ms
 		now := t0.Add(time.Duration(ms) * time.Millisecond)

@@ -231,18 +231,12 @@ func (p *P95) Observe(now time.Time, s Sample) int {
 	if p.next.IsZero() {
 		p.next = now.Add(p.c.TickInterval)
 	}
-	if s.Outcome == Timeout && !now.Before(p.calmUntil) && p.losses.newEvent(now, s) { // never answered: a loss (see recovery)
-		p.limit = min(p.limit, max(s.Inflight, p.b.min))
-		p.decrease(now)
-		p.recent, p.recentFailed, p.peak = 0, 0, 0
-		p.next = now.Add(p.c.TickInterval)
-		return p.limit
-	}
-	if s.Outcome.failed() && p.erring() && !now.Before(p.calmUntil) {
-		// Errors are not left to the next tick: a backend answering fast
-		// errors takes a tick's worth of requests meanwhile. The cut is
-		// from what was in flight when the failed request was admitted
-		// (see recovery), and the next evaluation a tick away.
+	// A request never answered is a loss (see recovery), cut for once per
+	// congestion event; errors past MaxErrorRate are not left to the next
+	// tick either: a backend answering fast errors takes a tick's worth of
+	// requests meanwhile. The cut is from what was in flight when the
+	// failed request was admitted, and the next evaluation a tick away.
+	if !now.Before(p.calmUntil) && (s.Outcome == Timeout && p.losses.newEvent(now, s) || s.Outcome.failed() && p.erring()) {
 		p.limit = min(p.limit, max(s.Inflight, p.b.min))
 		p.decrease(now)
 		p.recent, p.recentFailed, p.peak = 0, 0, 0

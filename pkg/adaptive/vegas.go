@@ -143,9 +143,9 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 	switch s.Outcome {
 	case Error, Timeout: // a loss (see recovery): halve what was in flight
 		if v.losses.newEvent(now, s) {
-			v.pace.loss(now, float64(min(v.limit, s.Inflight)))
-			v.limit = v.b.clamp(min(v.limit, s.Inflight) / 2)
-			v.pace.cut(v.limit)
+			m := min(v.limit, s.Inflight)
+			v.limit = v.b.clamp(m / 2)
+			v.pace.loss(now, float64(m), v.limit)
 		}
 		return v.limit
 	case Overdue: // past beta already: once per congestion event
