@@ -231,3 +231,31 @@ func TestFieldHardCapsAreProbedRarely(t *testing.T) {
 		}
 	}
 }
+
+// Start-up at a cap: on drop-cap the initial limit (10) is already the
+// cap, the worst case for TCP's slow start, which doubled the limit in
+// the round trip before the first drop could be missed: aimd and vegas
+// had 20 in flight and 10 drops timed out in the first two seconds
+// (gradient2, smoothed, 13 and 3). Now start-up's rise per round trip is
+// one step, then two, four, … (pacing.startNext), and never more than a
+// round trip's rise past the most in flight ever answered: no adaptive
+// controller has more than the cap + 2 in flight, nor more than 3 failed
+// requests in the first two seconds.
+func TestFieldStartUpAtACap(t *testing.T) {
+	sc, res := runField(t, "drop-cap")
+	capLimit := sc.Backend.ConcurrencyCap.Limit
+	for _, k := range adaptiveKinds {
+		if got := res[k].Stats.MaxInflight; got > capLimit+2 {
+			t.Errorf("%s: %d in flight at most, above the cap %d + 2", k, got, capLimit)
+		}
+		failed := 0
+		for _, r := range res[k].Rows {
+			if r.T <= 2*time.Second {
+				failed += r.Errors + r.ClientTimeouts
+			}
+		}
+		if failed > 3 {
+			t.Errorf("%s: %d failed requests in the first two seconds, above 3", k, failed)
+		}
+	}
+}

@@ -111,7 +111,7 @@ func NewAIMD(c AIMDConfig) (*AIMD, error) {
 	if err := checkFrac(name, "Tolerance", c.Tolerance, 1, 100); err != nil {
 		return nil, err
 	}
-	a := &AIMD{b: b, increase: c.Increase, backoff: c.Backoff, timeout: c.Timeout, after: c.Timeout, tol: c.Tolerance, minUtil: c.MinUtilization, limit: b.initial}
+	a := &AIMD{b: b, increase: c.Increase, backoff: c.Backoff, timeout: c.Timeout, after: c.Timeout, tol: c.Tolerance, minUtil: c.MinUtilization, limit: b.initial, pace: pacing{initial: b.initial}}
 	if c.Timeout > 0 {
 		if c.Recalibration != (Recalibration{}) {
 			return nil, fmt.Errorf("adaptive: %s: Recalibration re-measures the no-load RTT, which an absolute Timeout does not use: drop one", name)
@@ -187,7 +187,7 @@ func (a *AIMD) Observe(now time.Time, s Sample) int {
 			a.pace.cut(a.limit)
 		}
 	case a.losses.mayGrow(s) && a.delays.mayGrow(s) && utilized(s, a.limit, a.minUtil, a.pace.slow(a.limit)):
-		a.limit = a.b.clamp(a.pace.grow(now, a.limit, a.increase))
+		a.limit = a.b.clamp(a.pace.grow(now, s, a.limit, a.increase))
 	}
 	return a.limit
 }

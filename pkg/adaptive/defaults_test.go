@@ -18,9 +18,9 @@ func TestAIMDThresholdIsRelative(t *testing.T) {
 	if got := a.(*AIMD).OverdueAfter(); got != 68*time.Millisecond {
 		t.Fatalf("threshold %v, want 1.7 × 40ms = 68ms", got)
 	}
-	feed(a, &now, 1, 10*time.Millisecond, 65*time.Millisecond, OK)
+	feed(a, &now, 20, 10*time.Millisecond, 65*time.Millisecond, OK) // a round trip: 20 answers, each admitted at the limit
 	if a.Limit() != 21 {
-		t.Fatalf("limit %d after a 65ms answer at the limit, want 21", a.Limit())
+		t.Fatalf("limit %d after a round trip of 65ms answers at the limit, want 21", a.Limit())
 	}
 	feed(a, &now, 1, 10*time.Millisecond, 80*time.Millisecond, OK)
 	if a.Limit() != 17 {
@@ -28,7 +28,7 @@ func TestAIMDThresholdIsRelative(t *testing.T) {
 	}
 	// An absolute Timeout keeps the old meaning.
 	abs := must(NewAIMD(AIMDConfig{MaxLimit: 100, InitialLimit: 20, Timeout: time.Second}))
-	feed(abs, &now, 1, 10*time.Millisecond, 900*time.Millisecond, OK)
+	feed(abs, &now, 20, 10*time.Millisecond, 900*time.Millisecond, OK)
 	if abs.Limit() != 21 || abs.(*AIMD).OverdueAfter() != time.Second {
 		t.Fatalf("absolute: limit %d threshold %v", abs.Limit(), abs.(*AIMD).OverdueAfter())
 	}

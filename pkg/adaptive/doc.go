@@ -78,7 +78,11 @@ type Sample struct {
 	RTT      time.Duration // admission to response (or to the drop); ≥ 0
 	Inflight int           // requests in flight when it was admitted, itself included
 	// Limit is the limit in force when it was admitted; 0 when unknown.
-	Limit   int
+	Limit int
+	// Ceiling is the ceiling below Limit it was admitted under (a
+	// distributed node's share, see Gate.TryAcquireBelow; Inflight is then
+	// scaled to Limit); 0 when none.
+	Ceiling int
 	Outcome Outcome
 }
 
@@ -179,14 +183,29 @@ func (r *recovery) newEvent(now time.Time, s Sample) bool {
 // last cut.
 func (r *recovery) mayGrow(s Sample) bool { return !s.Start.Before(r.cut) }
 
-// pacing paces a limit's additive increases as TCP paces its window: by the
-// whole step per sample admitted at the limit (slow start, doubling per
-// round trip) until the first cut, and after it, above the limit the cut
-// left (the threshold), by step/limit per sample: one step per round trip
-// (congestion avoidance). Below the threshold — regaining what a pin or a
-// later, deeper cut took — it is slow start again. Without it a controller
-// adding a step per sample probes past a hard cap (a concurrency or rate
-// limit) every few round trips, and each probe costs a failed request.
+// pacing paces a limit's additive increases as TCP paces its window. Until
+// the first cut (start-up) the rise per round trip doubles: step, then 2,
+// 4, 8 … steps above the initial limit (10 → 11 → 13 → 17 → 25 → 41),
+// never more than doubling the limit, spread over the round trip's
+// answers (as TCP grows per ACK: a request never answered earns nothing),
+// and never more than one round trip's rise past the most in flight ever
+// answered (startNext of proven). After the first cut, above the limit
+// the cut left (the threshold), it is step/limit per sample: one step per
+// round trip (congestion avoidance). Below the threshold — regaining what
+// a pin or a later, deeper cut took — it is the whole step per sample
+// (slow start, doubling per round trip). Without it a controller adding a
+// step per sample probes past a hard cap (a concurrency or rate limit)
+// every few round trips, and each probe costs a failed request.
+//
+// Start-up is not TCP's slow start, which doubles the window per round
+// trip from a few packets: a limit starts at a level a backend may already
+// be at (the default initial limit, 10, is a small backend's whole
+// capacity), and doubling from there sends a whole limit's worth past
+// such a cap in the round trip before the first of them can be missed
+// (20 in flight against a cap of 10, 10 requests lost). Growing the rise
+// instead costs a few round trips more to a large limit (10 to 1,000 in
+// 10 round trips rather than 7) and at a cap at the initial limit loses
+// one request, then two, before the loss is seen.
 //
 // A loss also leaves a ceiling on growth, CUBIC's window curve (RFC 9438):
 //
@@ -206,8 +225,10 @@ func (r *recovery) mayGrow(s Sample) bool { return !s.Start.Before(r.cut) }
 // CUBIC's is, so a backend answering in 5 ms is not probed ten times as
 // often as one answering in 50.
 type pacing struct {
+	initial   int     // the limit it started from: start-up's base
+	proven    int     // start-up: the most in flight an OK sample was admitted with
 	threshold int     // the limit the last cut left; 0 before any
-	credit    float64 // fractional steps earned in congestion avoidance
+	credit    float64 // fractional steps earned in start-up and congestion avoidance
 	// lossMax, lossK and lossAt are the last loss's Wmax, its K in
 	// seconds, and when it was seen; lossMax 0 before any loss.
 	lossMax, lossK float64
@@ -241,34 +262,70 @@ func (p *pacing) slow(limit int) bool { return p.threshold == 0 || limit < p.thr
 // cut records that the limit was cut to limit.
 func (p *pacing) cut(limit int) { p.threshold, p.credit = limit, 0 }
 
-// grow returns limit raised for one sample at now that may raise it by
-// step, never above the ceiling (nor below limit).
-func (p *pacing) grow(now time.Time, limit, step int) int {
+// grow returns limit raised for one OK sample s seen at now that may raise
+// it by step, never above the ceiling (nor below limit).
+func (p *pacing) grow(now time.Time, s Sample, limit, step int) int {
 	c := math.MaxInt
 	if p.lossMax > 0 {
 		c = max(limit, int(min(p.ceiling(now), math.MaxInt32)))
 	}
-	if p.threshold == 0 || limit < p.threshold {
+	switch {
+	case p.threshold == 0:
+		pr, st := float64(p.startProve(s)), float64(step)
+		p.credit += (p.startNext(pr, st) - pr) / startRound(s)
+		c = min(c, max(limit, int(p.startNext(pr, st))))
+	case limit < p.threshold:
 		return min(limit+step, c)
+	default:
+		p.credit += float64(step) / float64(limit)
 	}
-	p.credit += float64(step) / float64(limit)
-	if p.credit < 1 {
+	n := int(p.credit + 1e-9) // a round trip's fractions may sum to just under a step
+	if n < 1 {
 		return limit
 	}
-	n := int(p.credit)
 	p.credit -= float64(n)
 	return min(limit+n, c)
 }
 
-// growF is grow for a continuous estimate: the rise from cur to next,
-// at most 1/cur (a step per round trip) in congestion avoidance, and never
+// growF is grow for a continuous estimate: the rise from cur to next for
+// one OK sample s, at most start-up's (see startNext) before the first cut
+// and 1/cur (a step per round trip) in congestion avoidance, and never
 // above the ceiling at now (nor below cur).
-func (p *pacing) growF(now time.Time, cur, next float64) float64 {
+func (p *pacing) growF(now time.Time, s Sample, cur, next float64) float64 {
 	c := max(cur, p.ceiling(now))
-	if p.threshold == 0 || cur < float64(p.threshold) {
+	switch {
+	case p.threshold == 0:
+		pr := float64(p.startProve(s))
+		return min(next, cur+(p.startNext(pr, 1)-pr)/startRound(s), max(cur, p.startNext(pr, 1)), c)
+	case cur < float64(p.threshold):
 		return min(next, c)
 	}
 	return min(next, cur+1/cur, c)
+}
+
+// startProve records s, an OK sample in start-up, and returns the most
+// in flight an OK sample has been admitted with.
+func (p *pacing) startProve(s Sample) int {
+	p.proven = max(p.proven, s.Inflight)
+	return p.proven
+}
+
+// startRound is how many answers a round trip brings a gate saturated as
+// s found it: the requests in flight when s was admitted (under a
+// ceiling, a distributed node's share, the ceiling: Inflight is scaled).
+// Start-up spreads a round trip's rise over them, as TCP's slow start
+// grows per ACK: a request never answered (a drop) earns nothing.
+func startRound(s Sample) float64 {
+	if s.Ceiling > 0 {
+		return float64(s.Ceiling)
+	}
+	return float64(max(1, s.Inflight))
+}
+
+// startNext is start-up's level one round trip after l: l plus step times
+// its rise since the initial limit, plus one, and at most 2l (see pacing).
+func (p *pacing) startNext(l, step float64) float64 {
+	return l + min(l, step*max(1, l-float64(p.initial)+1))
 }
 
 // bounds is a validated [min, max] range and a starting limit inside it.

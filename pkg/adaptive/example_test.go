@@ -9,11 +9,12 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
 )
 
-// A gate driven by AIMD on a fixed timeline: a request admitted at the
-// limit that answers fast raises it by one; a 5xx halves what was in flight
+// A gate driven by AIMD on a fixed timeline: a round trip of fast answers
+// to requests admitted at the limit raises it by one (and the rise doubles
+// each round trip until the first cut); a 5xx halves what was in flight
 // when the failed request was admitted.
 func Example() {
-	ctrl, err := adaptive.NewAIMD(adaptive.AIMDConfig{MinLimit: 1, MaxLimit: 10, InitialLimit: 2, Timeout: time.Second})
+	ctrl, err := adaptive.NewAIMD(adaptive.AIMDConfig{MinLimit: 1, MaxLimit: 10, InitialLimit: 1, Timeout: time.Second})
 	if err != nil {
 		panic(err)
 	}
@@ -24,20 +25,20 @@ func Example() {
 	t0 := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 
 	a, _ := gate.TryAcquire(t0)
-	b, _ := gate.TryAcquire(t0)
 	if _, err := gate.Acquire(context.Background(), t0); errors.Is(err, adaptive.ErrLimit) {
-		fmt.Println("third request:", err)
+		fmt.Println("second request:", err)
 	}
-	b.Release(t0.Add(20*time.Millisecond), adaptive.OK) // b was admitted at the limit
-	b.Release(t0.Add(30*time.Millisecond), adaptive.OK) // idempotent: no effect
+	a.Release(t0.Add(20*time.Millisecond), adaptive.OK) // a round trip: the one request, admitted at the limit
+	a.Release(t0.Add(30*time.Millisecond), adaptive.OK) // idempotent: no effect
 	fmt.Println("limit after a fast answer:", gate.Limit())
-	a.Release(t0.Add(40*time.Millisecond), adaptive.Error) // a was admitted with 1 in flight
+	b, _ := gate.TryAcquire(t0.Add(30 * time.Millisecond))
+	b.Release(t0.Add(40*time.Millisecond), adaptive.Error) // b was admitted with 1 in flight
 
 	s := gate.Snapshot()
 	fmt.Printf("%s/%s: limit=%d inflight=%d allowed=%d rejected=%d up=%d down=%d errors=%.0f%%\n",
 		s.Name, s.Controller, s.Limit, s.Inflight, s.Allowed, s.Rejected, s.AdjustedUp, s.AdjustedDown, 100*s.ErrorRate)
 	// Output:
-	// third request: adaptive: concurrency limit reached
-	// limit after a fast answer: 3
+	// second request: adaptive: concurrency limit reached
+	// limit after a fast answer: 2
 	// checkout/aimd: limit=1 inflight=0 allowed=2 rejected=1 up=1 down=1 errors=50%
 }

@@ -174,7 +174,8 @@ func (g *Gate) TryAcquire(now time.Time) (Lease, bool) {
 // ceiling is fully used at a quarter of its own limit, because the backend
 // then carries the whole fleet's load. The controller's utilization guard
 // sees that; judged against the limit, a node at its share would look idle
-// and the limit could never grow.
+// and the limit could never grow. Its Sample.Ceiling is the ceiling, how
+// many answers a round trip brings the node (start-up paces by it).
 func (g *Gate) TryAcquireBelow(now time.Time, ceiling int) (Lease, bool) {
 	g.mu.Lock()
 	old := g.reportOverdueLocked(now)
@@ -187,6 +188,7 @@ func (g *Gate) TryAcquireBelow(now time.Time, ceiling int) (Lease, bool) {
 	if ceiling < g.limit {
 		// inflight ≤ ceiling < limit: the product fits and the result ≤ limit.
 		l.s.inflight = (l.s.inflight*g.limit + ceiling - 1) / ceiling
+		l.s.ceiling = ceiling
 	}
 	return l, true
 }
@@ -301,7 +303,7 @@ func (g *Gate) release(s *slot, gen uint64, now time.Time, o Outcome) {
 		g.newestDone, g.newestRTT = s.start, rtt
 	}
 	old := g.reportOverdueLocked(now)
-	g.observeLocked(now, Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Limit: s.limit, Outcome: o})
+	g.observeLocked(now, Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Limit: s.limit, Ceiling: s.ceiling, Outcome: o})
 	g.freeLocked(s, now)
 	g.unlock(old)
 }
@@ -335,7 +337,7 @@ func (g *Gate) reportOverdueLocked(now time.Time) (old int) {
 		g.pending.remove(s)
 		g.late.pushBack(s)
 		s.stage = late
-		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Limit: s.limit, Outcome: Overdue})
+		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Limit: s.limit, Ceiling: s.ceiling, Outcome: Overdue})
 	}
 	// An overdue request older than one already answered, and in flight for
 	// more than twice that one's RTT, is lost, as TCP's RACK judges a
@@ -345,7 +347,7 @@ func (g *Gate) reportOverdueLocked(now time.Time) (old int) {
 	for s := g.late.head; s != nil && s.start.Before(g.newestDone) && now.Sub(s.start) > 2*g.newestRTT; s = g.late.head {
 		g.late.remove(s)
 		s.stage = lost
-		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Limit: s.limit, Outcome: Timeout})
+		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Limit: s.limit, Ceiling: s.ceiling, Outcome: Timeout})
 	}
 	return old
 }
@@ -372,7 +374,7 @@ func (g *Gate) admitLocked(now time.Time) Lease {
 		s = new(slot)
 	}
 	g.inflight++
-	s.start, s.inflight, s.limit, s.stage = now, g.inflight, g.limit, onTime
+	s.start, s.inflight, s.limit, s.ceiling, s.stage = now, g.inflight, g.limit, 0, onTime
 	if g.overdue != nil {
 		g.pending.pushBack(s)
 	}

@@ -116,6 +116,7 @@ func NewGradient2(c Gradient2Config) (*Gradient2, error) {
 		limit:     b.initial,
 		noload:    newMinWindow(c.RTTWindow),
 		recal:     r,
+		pace:      pacing{initial: b.initial},
 	}, nil
 }
 
@@ -189,7 +190,7 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 	}
 	next := g.estimate*(1-g.smoothing) + newLimit*g.smoothing
 	if next > g.estimate {
-		next = g.pace.growF(now, g.estimate, next)
+		next = g.pace.growF(now, s, g.estimate, next)
 	}
 	g.estimate = g.b.clampF(next)
 	g.limit = g.b.clamp(int(g.estimate))

@@ -22,12 +22,12 @@ func TestGradient2Steps(t *testing.T) {
 		estimate float64 // 0.95·estimate + 0.05·(estimate·gradient + √estimate)
 		limit    int
 	}{
-		{40e6, OK, 10, 10.1581, 10},    // no-load 40ms, gradient 1
-		{40e6, OK, 10, 10.3175, 10},    // gradient 1
-		{120e6, OK, 10, 10.1772, 10},   // gradient 1.25·40/120 = 0.417
-		{200e6, OK, 10, 9.9550, 9},     // gradient 0.25 (floor)
-		{5e6, Dropped, 9, 9.9550, 9},   // says nothing: ignored
-		{200e6, Overdue, 9, 9.7395, 9}, // a delay past the threshold: gradient 0.25, smoothed
+		{40e6, OK, 10, 10.1, 10},       // no-load 40ms, gradient 1: 10.1581, held to start-up's rise, a tenth of 1 per answer at 10 (see pacing)
+		{40e6, OK, 10, 10.2, 10},       // gradient 1: 10.2589, held likewise
+		{120e6, OK, 10, 10.0622, 10},   // gradient 1.25·40/120 = 0.417
+		{200e6, OK, 10, 9.8435, 9},     // gradient 0.25 (floor)
+		{5e6, Dropped, 9, 9.8435, 9},   // says nothing: ignored
+		{200e6, Overdue, 9, 9.6312, 9}, // a delay past the threshold: gradient 0.25, smoothed
 		{40e6, Error, 9, 5.25, 5},      // a loss: at once to 0.25·min(estimate, 9 in flight) + √9
 		{40e6, Error, 9, 5.25, 5},      // admitted before that cut: the same congestion event
 		{40e6, OK, 5, 5.25, 5},         // gradient 1, but admitted before the cut: no growth
@@ -53,13 +53,17 @@ func TestVegasSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := t0
+	// A round trip of fast answers at the limit: queue 0 < alpha 3, +1
+	// (start-up's first rise, a tenth per answer; see TestPacingStartUp).
+	if got := feed(v, &now, 10, 4*time.Millisecond, 40*time.Millisecond, OK); got[8] != 10 || got[9] != 11 {
+		t.Fatalf("a round trip of fast answers at 10: limits %v, want 10 then 11 at its end", got)
+	}
 	for i, st := range []struct {
 		rtt    time.Duration
 		o      Outcome
 		before bool // admitted before the last cut
 		limit  int
 	}{
-		{40e6, OK, false, 11},      // queue 0 < alpha 3: +1
 		{100e6, OK, false, 10},     // queue 11·0.6 = 6.6 > beta 6.25: −1
 		{60e6, OK, false, 10},      // queue 10·⅓ between alpha 3 and beta 6: hold
 		{40e6, Error, false, 5},    // a loss: half of min(limit, 10 in flight)
@@ -82,12 +86,16 @@ func TestVegasSteps(t *testing.T) {
 			t.Fatalf("step %d: limit %d, want %d", i, got, st.limit)
 		}
 	}
-	// Before any cut (slow start) a fast sample adds the whole step:
+	// Before any cut a round trip of fast answers adds the whole step,
 	// ⌊log10 150⌋ = 2.
 	v2 := must(NewVegas(VegasConfig{MaxLimit: 200, InitialLimit: 150}))
 	v2.Observe(now, Sample{Start: now, RTT: 40e6, Inflight: 1, Outcome: OK}) // the no-load RTT; below the limit: no growth
-	if got := v2.Observe(now, Sample{Start: now, RTT: 40e6, Inflight: 150, Outcome: OK}); got != 152 {
-		t.Fatalf("limit %d at 150 after a fast sample, want 152", got)
+	for range 150 {                                                          // a round trip: one every 40ms/150
+		now = now.Add(40 * time.Millisecond / 150)
+		v2.Observe(now, Sample{Start: now.Add(-40e6), RTT: 40e6, Inflight: 150, Limit: 150, Outcome: OK}) // each admitted at 150
+	}
+	if got := v2.Limit(); got != 152 {
+		t.Fatalf("limit %d at 150 after a round trip of fast answers, want 152", got)
 	}
 }
 

@@ -30,6 +30,7 @@ type slot struct {
 	start    time.Time // admission time
 	inflight int       // inflight at admission, itself included
 	limit    int       // the limit at admission
+	ceiling  int       // the ceiling below limit it was admitted under (TryAcquireBelow); 0: none
 	next     *slot     // free list link
 	// links place the slot on the list its stage puts it on, in admission
 	// order: Gate.pending while on time, Gate.late once reported overdue,

@@ -156,28 +156,84 @@ func TestGrowthAtMostDoublesPerRTT(t *testing.T) {
 	}
 }
 
-// TestPacing: a limit grows by the whole step per sample until its first
-// cut (slow start), then, at or above the limit the cut left, by a step per
-// round trip, step/limit per sample (congestion avoidance); below it, by
-// the whole step again.
+// TestPacing: before its first cut a limit grows by start-up's schedule
+// (TestPacingStartUp); after it, at or above the limit the cut left, by a
+// step per round trip, step/limit per sample (congestion avoidance); below
+// it, by the whole step per sample (slow start, regaining what was cut).
 func TestPacing(t *testing.T) {
-	var p pacing
-	if got := p.grow(t0, 10, 1); got != 11 {
-		t.Fatalf("slow start: 10 → %d, want 11", got)
+	p := pacing{initial: 10}
+	if got := p.grow(t0, Sample{Inflight: 10}, 10, 1); got != 10 {
+		t.Fatalf("start-up: 10 → %d after one sample, want 10 (a tenth of a step)", got)
 	}
 	p.cut(8)
 	limit := 8
 	for i := range 8 { // one round trip of samples at 8
-		limit = p.grow(t0, limit, 1)
+		limit = p.grow(t0, Sample{Inflight: limit}, limit, 1)
 		if want := 8 + (i+1)/8; limit != want {
 			t.Fatalf("sample %d after the cut: limit %d, want %d", i, limit, want)
 		}
 	}
-	if got := p.grow(t0, 5, 1); got != 6 {
+	if got := p.grow(t0, Sample{Inflight: 5}, 5, 1); got != 6 {
 		t.Fatalf("below the cut's limit: 5 → %d, want 6", got)
 	}
-	if got := p.growF(t0, 20, 25); got != 20.05 {
+	if got := p.growF(t0, Sample{Inflight: 20}, 20, 25); got != 20.05 {
 		t.Fatalf("growF above the threshold: 20 → %v, want 20.05", got)
+	}
+}
+
+// TestPacingStartUp: before the first cut the limit's rise per round trip
+// doubles (1, 2, 4, … above the initial limit, so 10 → 11 → 13 → 17 → 25
+// → 41 → 73: no more than doubling), spread over the round trip, and
+// never runs more than one round trip's rise past the most in flight that
+// has been answered: a backend that drops every request admitted above 10
+// holds the limit at 11, one request over, however many answers come
+// back. Doubling the limit per round trip, as TCP's slow start does from
+// a window of a few packets, sends a whole limit's worth of requests past
+// a cap that the initial limit already reaches, in the round trip before
+// the first of them can be missed. A gate admitting under a ceiling (a
+// distributed node at its share: a quarter of the answers per round trip,
+// each admitted at the ceiling, a quarter of the limit: Inflight scaled)
+// rises alike. A continuous estimate (growF) is held alike.
+func TestPacingStartUp(t *testing.T) {
+	const rtt = 40 * time.Millisecond
+	for _, per := range []int{1, 4} { // answers per round trip: the limit, or a quarter of it
+		p := pacing{initial: 10}
+		limit, now := 10, t0
+		for round, want := range []int{11, 13, 17, 25, 41, 73} {
+			start, n := limit, max(1, limit/per)
+			for i := range n { // a round trip: n answers spread over it, each admitted at the limit
+				now = now.Add(rtt / time.Duration(n))
+				s := Sample{Start: now.Add(-rtt), RTT: rtt, Inflight: start}
+				if per > 1 {
+					s.Ceiling = n // admitted at the ceiling: Inflight scaled to the limit
+				}
+				limit = p.grow(now, s, limit, 1)
+				if half := start + (want-start+1)/2; i < n/2 && limit > half {
+					t.Fatalf("1/%d of the answers: round trip %d: limit %d → %d after %d of %d answers: the rise is not spread (at most %d)", per, round+1, start, limit, i+1, n, half)
+				}
+			}
+			if limit != want {
+				t.Fatalf("1/%d of the answers: round trip %d: limit %d → %d, want %d", per, round+1, start, limit, want)
+			}
+		}
+	}
+
+	p := pacing{initial: 10}
+	limit, now := 10, t0
+	for range 100 { // answers only for the requests admitted at 10 or fewer in flight
+		now = now.Add(rtt / 10)
+		limit = p.grow(now, Sample{Start: now.Add(-rtt), RTT: rtt, Inflight: 10}, limit, 1)
+	}
+	if limit != 11 {
+		t.Errorf("nothing admitted above 10 answered: limit %d, want 11", limit)
+	}
+	est := 10.0
+	for range 100 {
+		now = now.Add(rtt / 10)
+		est = p.growF(now, Sample{Start: now.Add(-rtt), RTT: rtt, Inflight: 10}, est, est+1)
+	}
+	if est > 11 {
+		t.Errorf("growF: nothing admitted above 10 answered: estimate %.2f, want at most 11", est)
 	}
 }
 
@@ -194,7 +250,7 @@ func TestPacingLossCeiling(t *testing.T) {
 	limit, at := 5, map[int]time.Duration{}
 	for ms := 0; ms <= 6000; ms += 5 { // a sample at the limit every 5 ms: 10 per round trip at 50 ms
 		now := t0.Add(time.Duration(ms) * time.Millisecond)
-		next := p.grow(now, limit, 1)
+		next := p.grow(now, Sample{Inflight: limit}, limit, 1)
 		if c := p.ceiling(now); next > limit && float64(next) > c {
 			t.Fatalf("at %v: grew %d → %d, above the ceiling %.2f", now.Sub(t0), limit, next, c)
 		}
@@ -219,12 +275,12 @@ func TestPacingLossCeiling(t *testing.T) {
 	if limit < 14 {
 		t.Errorf("limit %d 6 s after the loss: past the plateau it should grow (to the ceiling %.1f)", limit, p.ceiling(t0.Add(6*time.Second)))
 	}
-	if got := p.growF(t0.Add(2*time.Second), 9.5, 12); got > p.ceiling(t0.Add(2*time.Second)) {
+	if got := p.growF(t0.Add(2*time.Second), Sample{Inflight: 10}, 9.5, 12); got > p.ceiling(t0.Add(2*time.Second)) {
 		t.Errorf("growF to %.2f, above the ceiling %.2f", got, p.ceiling(t0.Add(2*time.Second)))
 	}
 	// A loss does not lower a limit already above the ceiling: it only
 	// stops it growing.
-	if got := p.grow(t0.Add(time.Second), 12, 1); got != 12 {
+	if got := p.grow(t0.Add(time.Second), Sample{Inflight: 12}, 12, 1); got != 12 {
 		t.Errorf("12 above the ceiling grew to %d, want it held at 12", got)
 	}
 }

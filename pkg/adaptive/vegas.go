@@ -88,7 +88,7 @@ func NewVegas(c VegasConfig) (*Vegas, error) {
 	if c.RTTWindow == 0 && !r.on() {
 		c.RTTWindow = DefaultRTTWindow
 	}
-	return &Vegas{b: b, minUtil: c.MinUtilization, limit: b.initial, noload: newMinWindow(c.RTTWindow), recal: r}, nil
+	return &Vegas{b: b, minUtil: c.MinUtilization, limit: b.initial, noload: newMinWindow(c.RTTWindow), recal: r, pace: pacing{initial: b.initial}}, nil
 }
 
 // Name returns "vegas".
@@ -163,7 +163,7 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 	switch {
 	case queue < max(1, 3*lg):
 		if v.losses.mayGrow(s) && v.delays.mayGrow(s) && utilized(s, v.limit, v.minUtil, v.pace.slow(v.limit)) {
-			v.limit = v.b.clamp(v.pace.grow(now, v.limit, step))
+			v.limit = v.b.clamp(v.pace.grow(now, s, v.limit, step))
 		}
 	case queue > max(1, 6*lg) && v.delays.newEvent(now, s): // once per congestion event
 		v.limit = v.b.clamp(v.limit - step)
