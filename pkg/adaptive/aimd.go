@@ -50,7 +50,9 @@ const (
 
 // AIMD is additive increase, multiplicative decrease. A good sample (OK, RTT
 // within the threshold, admitted at the limit) adds Increase, paced (see
-// pacing): per sample in slow start, per round trip after the first cut. A
+// pacing): per round trip after the first cut, and before it by a rise
+// that doubles each round trip (start-up); below the last cut's limit,
+// per sample (slow start). A
 // slow one (RTT above the threshold, or Overdue) multiplies the limit by
 // Backoff, down to 0.5 the further past the threshold, and a loss (Error,
 // Timeout) halves what was in flight when it was admitted; each once per

@@ -149,7 +149,7 @@ var (
 const (
 	DefaultMinLimit     = 1
 	DefaultMaxLimit     = 1000
-	DefaultInitialLimit = 10 // clamped into [MinLimit, MaxLimit]; slow start doubles it per round trip
+	DefaultInitialLimit = 10 // clamped into [MinLimit, MaxLimit]; start-up raises it by 1, 2, 4 … per round trip (see pacing)
 )
 
 // recovery is how every controller takes losses (Error, Timeout and
@@ -256,7 +256,8 @@ func (p *pacing) ceiling(now time.Time) float64 {
 	return p.lossMax + lossCubicC*d*d*d
 }
 
-// slow reports whether limit is in slow start.
+// slow reports whether limit is in start-up or slow start: judged against
+// the limit each sample was admitted under (see utilized).
 func (p *pacing) slow(limit int) bool { return p.threshold == 0 || limit < p.threshold }
 
 // cut records that the limit was cut to limit.
@@ -366,10 +367,10 @@ func (b bounds) clampF(v float64) float64 {
 
 // utilized reports whether sample s was admitted close enough to the limit
 // to say the limit could go higher: s.Inflight ≥ that limit·frac. A
-// negative frac disables the guard. In slow start the limit is the one s
-// was admitted under (s.Limit, when known), as TCP judges a segment
-// window-limited when it is sent, so a saturated gate's limit grows by
-// half to all of itself per round trip; in congestion avoidance it is the
+// negative frac disables the guard. In start-up and slow start the limit
+// is the one s was admitted under (s.Limit, when known), as TCP judges a
+// segment window-limited when it is sent, so every answer of a saturated
+// gate's round trip counts; in congestion avoidance it is the
 // limit now, so after a rise the samples admitted before it no longer
 // count, and a saturated gate grows by about one step per round trip.
 func utilized(s Sample, limit int, frac float64, slowStart bool) bool {
