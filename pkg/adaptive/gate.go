@@ -303,7 +303,7 @@ func (g *Gate) release(s *slot, gen uint64, now time.Time, o Outcome) {
 		g.newestDone, g.newestRTT = s.start, rtt
 	}
 	old := g.reportOverdueLocked(now)
-	g.observeLocked(now, Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Limit: s.limit, Ceiling: s.ceiling, Outcome: o})
+	g.observeLocked(now, s.sample(rtt, o))
 	g.freeLocked(s, now)
 	g.unlock(old)
 }
@@ -337,7 +337,7 @@ func (g *Gate) reportOverdueLocked(now time.Time) (old int) {
 		g.pending.remove(s)
 		g.late.pushBack(s)
 		s.stage = late
-		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Limit: s.limit, Ceiling: s.ceiling, Outcome: Overdue})
+		g.observeLocked(now, s.sample(now.Sub(s.start), Overdue))
 	}
 	// An overdue request older than one already answered, and in flight for
 	// more than twice that one's RTT, is lost, as TCP's RACK judges a
@@ -347,7 +347,7 @@ func (g *Gate) reportOverdueLocked(now time.Time) (old int) {
 	for s := g.late.head; s != nil && s.start.Before(g.newestDone) && now.Sub(s.start) > 2*g.newestRTT; s = g.late.head {
 		g.late.remove(s)
 		s.stage = lost
-		g.observeLocked(now, Sample{Start: s.start, RTT: now.Sub(s.start), Inflight: s.inflight, Limit: s.limit, Ceiling: s.ceiling, Outcome: Timeout})
+		g.observeLocked(now, s.sample(now.Sub(s.start), Timeout))
 	}
 	return old
 }

@@ -39,6 +39,11 @@ type slot struct {
 	stage slotStage
 }
 
+// sample is the Sample s's request makes, its RTT rtt and its outcome o.
+func (s *slot) sample(rtt time.Duration, o Outcome) Sample {
+	return Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Limit: s.limit, Ceiling: s.ceiling, Outcome: o}
+}
+
 // slotStage is where an admitted request stands in the gate's overdue and
 // loss detection (see OverdueReporter).
 type slotStage uint8
