@@ -70,7 +70,6 @@ type AIMD struct {
 	tol      float64
 	noload   *minWindow // nil with an absolute timeout
 	recal    recalibrator
-	saved    int // the limit to restore after a recalibration
 	minUtil  float64
 	limit    int // Invariant: b.min ≤ limit ≤ b.max
 	pace     pacing
@@ -151,15 +150,11 @@ func (a *AIMD) Limit() int { return a.limit }
 // Observe folds s in and returns the limit now in force. AIMD ignores now.
 func (a *AIMD) Observe(now time.Time, s Sample) int {
 	if a.noload != nil {
-		switch a.recal.step(now, s, s.RTT, a.noload) {
-		case recalBegin:
-			a.saved, a.limit = a.limit, a.recal.pin(a.limit)
-			return a.limit
-		case recalHold, recalMeasure:
-			return a.limit
-		case recalEnd:
-			a.limit = a.saved
-			a.setAfter()
+		if p := a.recal.step(now, s, s.RTT, a.noload); p != recalOff {
+			a.limit, _ = a.recal.hold(p, a.limit, float64(a.limit))
+			if p == recalEnd {
+				a.setAfter()
+			}
 			return a.limit
 		}
 		if s.Outcome == OK {

@@ -65,7 +65,6 @@ type Gradient2 struct {
 	limit     int     // ⌊estimate⌋, or the pinned limit while recalibrating; Invariant: b.min ≤ limit ≤ b.max
 	noload    *minWindow
 	recal     recalibrator
-	saved     float64 // the estimate to restore after a recalibration
 	pace      pacing
 	losses    recovery
 	delays    recovery      // Overdue
@@ -147,15 +146,8 @@ func (g *Gradient2) setAfter() {
 // Observe folds s in at now and returns the limit now in force.
 func (g *Gradient2) Observe(now time.Time, s Sample) int {
 	rtt := max(s.RTT, time.Nanosecond) // a zero RTT would divide by zero
-	switch g.recal.step(now, s, rtt, g.noload) {
-	case recalBegin:
-		g.saved, g.limit = g.estimate, g.recal.pin(g.limit)
-		return g.limit
-	case recalHold, recalMeasure:
-		return g.limit
-	case recalEnd:
-		g.estimate = g.saved
-		g.limit = g.b.clamp(int(g.estimate))
+	if p := g.recal.step(now, s, rtt, g.noload); p != recalOff {
+		g.limit, g.estimate = g.recal.hold(p, g.limit, g.estimate)
 		return g.limit
 	}
 	defer g.setAfter()

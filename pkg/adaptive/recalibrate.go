@@ -67,6 +67,7 @@ type recalibrator struct {
 	active bool
 	since  time.Time // when the active recalibration pinned the limit
 	seen   int       // samples measured so far; Invariant: 0 ≤ seen < cfg.RequestCount while active
+	saved  float64   // the controller's level when the active recalibration began (see hold)
 	// measured holds the active recalibration's RTTs; its median becomes
 	// the no-load RTT (a minimum of jittered samples would sit below the
 	// typical unloaded answer, and sink further with every sample after).
@@ -141,8 +142,8 @@ func (r *recalibrator) phase(now time.Time, s Sample) recalPhase {
 
 // step is phase plus the baseline's bookkeeping, which is the same for
 // every controller: a recalibration empties the no-load baseline when it
-// starts and feeds it the samples that re-measure it. The controller is left
-// to pin and restore its own limit.
+// starts and feeds it the samples that re-measure it. hold then pins and
+// restores the controller's limit.
 func (r *recalibrator) step(now time.Time, s Sample, rtt time.Duration, noload *minWindow) recalPhase {
 	p := r.phase(now, s)
 	switch p {
@@ -157,6 +158,22 @@ func (r *recalibrator) step(now time.Time, s Sample, rtt time.Duration, noload *
 		noload.fix(percentile(r.measured, 0.5))
 	}
 	return p
+}
+
+// hold applies p, a phase other than recalOff, to a controller whose limit
+// is limit and whose level — what a recalibration saves and restores: its
+// limit, or gradient2's estimate — is level. It returns the limit and the
+// level then in force: the pin from the start (the level saved), the
+// saved level back at the end, and both unchanged between.
+func (r *recalibrator) hold(p recalPhase, limit int, level float64) (int, float64) {
+	switch p {
+	case recalBegin:
+		r.saved = level
+		return r.pin(limit), level
+	case recalEnd:
+		return r.b.clamp(int(r.saved)), r.saved
+	}
+	return limit, level
 }
 
 func (r *recalibrator) schedule(now time.Time) {

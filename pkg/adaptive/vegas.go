@@ -53,7 +53,6 @@ type Vegas struct {
 	limit   int // Invariant: b.min ≤ limit ≤ b.max
 	noload  *minWindow
 	recal   recalibrator
-	saved   int // the limit to restore after a recalibration
 	pace    pacing
 	losses  recovery      // Error and Timeout
 	delays  recovery      // Overdue
@@ -126,14 +125,8 @@ func (v *Vegas) setAfter() {
 // Observe folds s in at now and returns the limit now in force.
 func (v *Vegas) Observe(now time.Time, s Sample) int {
 	rtt := max(s.RTT, time.Nanosecond) // a zero RTT would divide by zero
-	switch v.recal.step(now, s, rtt, v.noload) {
-	case recalBegin:
-		v.saved, v.limit = v.limit, v.recal.pin(v.limit)
-		return v.limit
-	case recalHold, recalMeasure:
-		return v.limit
-	case recalEnd:
-		v.limit = v.saved
+	if p := v.recal.step(now, s, rtt, v.noload); p != recalOff {
+		v.limit, _ = v.recal.hold(p, v.limit, float64(v.limit))
 		return v.limit
 	}
 	defer v.setAfter()
