@@ -103,6 +103,13 @@ func (r Reconciled) String() string {
 	return fmt.Sprintf("Reconciled(%d)", uint8(r))
 }
 
+// ErrRefused is wrapped by a Coordinator's error when the coordinator
+// answered and refused the request itself (an argument it cannot store or
+// read), as opposed to not answering. Coordinators wrap it; a Region does
+// not count such an error as an outage: the coordinator is reachable, and
+// only this request failed.
+var ErrRefused = errors.New("federation: the coordinator refused the request")
+
 // ErrNotWindowed is returned for a rule without windows (GCRA, token
 // bucket): only windowed strategies federate.
 var ErrNotWindowed = errors.New("federation: only windowed strategies federate (fixed_window, sliding_window, quota); gcra and token_bucket have no boundary for grants to die at")
