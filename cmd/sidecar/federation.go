@@ -49,9 +49,12 @@ type federationParts struct {
 	probe    time.Duration
 	closers  []func()
 
-	mu       sync.Mutex
-	counters map[engine.RuleRef]*federation.Counters // kept across reloads
-	regions  map[engine.RuleRef]*federation.Region   // the newest per rule
+	// health is the coordinator connection's, shared by every rule.
+	health *federation.Health
+
+	mu      sync.Mutex
+	states  map[engine.RuleRef]*federation.RuleState // kept across reloads
+	regions map[engine.RuleRef]*federation.Region    // the newest per rule
 }
 
 // newFederation joins the federation c describes, or returns nil when c
@@ -62,7 +65,8 @@ func newFederation(ctx context.Context, c *serveConfig, regional redis.Universal
 		return nil, nil
 	}
 	f := &federationParts{region: c.region, timeout: c.federationTimeout, probe: c.federationProbe,
-		counters: map[engine.RuleRef]*federation.Counters{}, regions: map[engine.RuleRef]*federation.Region{}}
+		health: federation.NewHealth(c.federationProbe),
+		states: map[engine.RuleRef]*federation.RuleState{}, regions: map[engine.RuleRef]*federation.Region{}}
 	kind, err := federationScheme(c.federationURL)
 	if err != nil {
 		return nil, err
@@ -125,6 +129,13 @@ func newFederation(ctx context.Context, c *serveConfig, regional redis.Universal
 }
 
 func (f *federationParts) close() {
+	f.mu.Lock()
+	states := f.states
+	f.states = nil
+	f.mu.Unlock()
+	for _, s := range states {
+		s.Close() // waits for a retry under way, before the clients close
+	}
 	for i := len(f.closers) - 1; i >= 0; i-- {
 		f.closers[i]()
 	}
@@ -137,7 +148,7 @@ func (f *federationParts) rule(fr engine.FederatedRule) (engine.Federated, error
 		batch = max(1, fr.Rule.Capacity()/10)
 	}
 	cfg := federation.RegionConfig{
-		Name: f.region, Coordinator: f.coord, Escrow: f.escrow, Batch: batch,
+		Name: f.region, Coordinator: f.coord, Health: f.health, Escrow: f.escrow, Batch: batch,
 		ProbeAfter: f.probe, Timeout: f.timeout,
 	}
 	if fr.Federation.Outage == policy.RegionalOnly {
@@ -148,10 +159,13 @@ func (f *federationParts) rule(fr engine.FederatedRule) (engine.Federated, error
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.counters[fr.Ref] == nil {
-		f.counters[fr.Ref] = &federation.Counters{}
+	if f.states == nil {
+		return engine.Federated{}, errors.New("federation: closed")
 	}
-	cfg.Counters = f.counters[fr.Ref]
+	if f.states[fr.Ref] == nil {
+		f.states[fr.Ref] = federation.NewRuleState(nil)
+	}
+	cfg.State = f.states[fr.Ref]
 	r, err := federation.NewRegion(cfg)
 	if err != nil {
 		return engine.Federated{}, err

@@ -68,6 +68,8 @@ type fleetConfig struct {
 	// through its Region to the coordinator, and its Region's Timeout;
 	// 0 means 10 s for the one and the Region's default for the other.
 	storeTimeout time.Duration
+	// fault breaks every region's machine (a hole the region once had).
+	fault federation.RegionFault
 }
 
 func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet {
@@ -99,6 +101,7 @@ func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet 
 				Name: fmt.Sprintf("region-%d", r), Instance: fmt.Sprintf("p%d", p),
 				Coordinator: coord, Escrow: escrow, Batch: c.regionBatch,
 				Outage: c.outage, Fallback: fallback, RegionalLimit: c.regionalLimit, Timeout: c.storeTimeout,
+				Fault: c.fault,
 			})
 			if err != nil {
 				t.Fatal(err)

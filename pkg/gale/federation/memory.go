@@ -134,16 +134,16 @@ func (e *MemoryEscrow) Take(ctx context.Context, key string, lo, hi int64, now t
 	defer e.mu.Unlock()
 	b := e.keys[key]
 	if b == nil {
-		return Held{}, nil
+		return Held{Now: now}, nil
 	}
 	if !now.Before(b.dies) {
 		if b.units == 0 {
 			delete(e.keys, key)
-			return Held{}, nil
+			return Held{Now: now}, nil
 		}
-		return Held{Dead: b.windowEnd}, nil
+		return Held{Dead: b.windowEnd, Now: now}, nil
 	}
-	h := Held{Window: Window{End: b.windowEnd, TTL: b.dies.Sub(now)}}
+	h := Held{Window: Window{End: b.windowEnd, TTL: b.dies.Sub(now)}, Now: now}
 	if b.units >= lo {
 		h.Granted = min(b.units, hi)
 		b.units -= h.Granted
@@ -162,10 +162,16 @@ func (e *MemoryEscrow) Refill(ctx context.Context, key string, n int64, w Window
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	since := w.Since
+	if since.IsZero() {
+		since = now
+	}
 	b := e.keys[key]
 	switch {
 	case w.TTL == 0 && (b == nil || !now.Before(b.dies) || !b.windowEnd.Equal(w.End)):
 		return 0, nil // join only, and no live balance of w's window to join
+	case w.TTL > 0 && !now.Before(since.Add(w.TTL)):
+		return 0, nil // dead on arrival: the window is over on this clock
 	case b == nil:
 		b = &memBalance{}
 		e.keys[key] = b
@@ -175,7 +181,7 @@ func (e *MemoryEscrow) Refill(ctx context.Context, key string, n int64, w Window
 		b.units = min(b.units+n, gale.MaxLimit)
 		return n, nil
 	}
-	b.windowEnd, b.dies, b.units = w.End, now.Add(w.TTL), n
+	b.windowEnd, b.dies, b.units = w.End, since.Add(w.TTL), n
 	return n, nil
 }
 

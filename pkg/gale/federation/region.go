@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -49,9 +47,6 @@ var ErrCoordinatorDown = errors.New("federation: coordinator unreachable")
 // DefaultProbeAfter is RegionConfig.ProbeAfter's default.
 const DefaultProbeAfter = time.Second
 
-// maxPending bounds the reconciles a Region keeps to retry.
-const maxPending = 1024
-
 // RegionConfig configures a Region. Name and Coordinator are required.
 type RegionConfig struct {
 	// Name is the region's name: it starts every reconcile token.
@@ -61,6 +56,10 @@ type RegionConfig struct {
 	Instance string
 	// Coordinator is the cross-region authority (L3).
 	Coordinator Coordinator
+	// Health is the coordinator connection's health, shared by every
+	// Region on Coordinator: an outage is the connection's, not a rule's,
+	// and one probe heals every rule. nil gives the Region its own.
+	Health *Health
 	// Escrow is the region's shared balance (L2); nil for none (one process
 	// per region, or each process on its own).
 	Escrow Escrow
@@ -79,48 +78,42 @@ type RegionConfig struct {
 	RegionalLimit int64
 	// ProbeAfter is how long after a failed lease the coordinator is left
 	// alone: leases in that time fail at once (or go to the regional
-	// budget), and the first lease after it asks Healthy first. No timer
-	// runs: the probe is due on the callers' clock. 0 means
-	// DefaultProbeAfter.
+	// budget), and the first lease after it asks Healthy first (one lease
+	// probes; the others answer by the outage mode until it is done). No
+	// timer runs: the probe is due on the callers' clock. 0 means
+	// DefaultProbeAfter. Ignored with a shared Health (it has its own).
 	ProbeAfter time.Duration
 	// Timeout bounds the background retries of failed reconciles; 0 means
 	// a second.
 	Timeout time.Duration
-	// Counters, when set, is where the region counts (shared with the
-	// regions made before it for the same rule); nil for its own.
-	Counters *Counters
+	// State, when set, is what the rule's regions carry across reloads
+	// (reconciles to retry, regional units to give back, counters), shared
+	// with the regions made before it for the same rule; nil for its own.
+	State *RuleState
+	// Fault makes the region's machine a deliberately broken one (tests
+	// only: each is a hole the region once had).
+	Fault RegionFault
 }
 
 // Region is a gale.Store for one rule of one region: the store a leased,
-// window-coupled gale.Limiter leases through. A lease takes from the
-// region's escrow first, then leases from the coordinator (the surplus of a
-// coordinator lease beyond the ask refilling the escrow); units given back
-// join the escrow's live balance or are reconciled to the coordinator. The
-// Limiter's machine holds at most one lease in flight per key, so a process
-// never races itself to the coordinator.
+// window-coupled gale.Limiter leases through, and the driver of the pure
+// RegionMachine. A lease takes from the region's escrow first, then leases
+// from the coordinator (the surplus of a coordinator lease beyond the ask
+// refilling the escrow, alive until the coordinator's window ends on the
+// escrow's clock); units given back go to the regional budget they came
+// from, join the escrow's live balance, or are reconciled to the
+// coordinator. The Limiter's machine holds at most one lease in flight per
+// key, so a process never races itself to the coordinator.
 //
-// A Region is safe for concurrent use. Stats are read with Stats.
+// A Region is safe for concurrent use. Stats are read with Stats. Close it
+// (or its RuleState) to stop its background reconciles.
 type Region struct {
-	cfg   RegionConfig
-	token string // name/instance/: every reconcile token starts with it
-	seq   atomic.Uint64
-
-	// down is the caller's instant (Unix µs) until which the coordinator
-	// is left alone; 0 when healthy.
-	down    atomic.Int64
-	lastErr atomic.Pointer[error]
-
-	mu       sync.Mutex
-	pending  []pendingReconcile
-	retrying int // reconciles being retried now (taken out of pending)
-
-	stats *Counters
-}
-
-type pendingReconcile struct {
-	key  string
-	rule gale.Rule
-	rec  Reconcile
+	cfg    RegionConfig
+	mach   RegionMachine
+	token  string // name/instance/: every reconcile token starts with it
+	health *Health
+	state  *RuleState
+	stats  *Counters
 }
 
 var _ gale.Store = (*Region)(nil)
@@ -154,10 +147,20 @@ func NewRegion(cfg RegionConfig) (*Region, error) {
 		_, _ = rand.Read(b[:])
 		cfg.Instance = hex.EncodeToString(b[:])
 	}
-	r := &Region{cfg: cfg, token: cfg.Name + "/" + cfg.Instance + "/", stats: cfg.Counters}
-	if r.stats == nil {
-		r.stats = &Counters{}
+	r := &Region{
+		cfg:    cfg,
+		mach:   RegionMachine{Batch: cfg.Batch, Escrow: cfg.Escrow != nil, Fault: cfg.Fault},
+		token:  cfg.Name + "/" + cfg.Instance + "/",
+		health: cfg.Health,
+		state:  cfg.State,
 	}
+	if r.health == nil {
+		r.health = NewHealth(cfg.ProbeAfter)
+	}
+	if r.state == nil {
+		r.state = NewRuleState(nil)
+	}
+	r.stats = r.state.counters
 	if len(r.token)+20 > MaxToken {
 		return nil, fmt.Errorf("federation: region and instance names too long for a reconcile token (%d bytes, at most %d)", len(r.token), MaxToken-20)
 	}
@@ -169,6 +172,15 @@ func (r *Region) Name() string { return r.cfg.Name }
 
 // Outage returns the region's outage mode.
 func (r *Region) Outage() Outage { return r.cfg.Outage }
+
+// Close stops the region's background reconciles and waits for them: the
+// RuleState's Close, when the region has its own. A region sharing a
+// RuleState leaves it to its owner.
+func (r *Region) Close() {
+	if r.cfg.State == nil {
+		r.state.Close()
+	}
+}
 
 // Check takes cost units of key, or nothing: a lease of exactly cost.
 // Federated limiters lease; Check is here for gale.Store's sake.
@@ -186,6 +198,9 @@ func (r *Region) Check(ctx context.Context, key string, rule gale.Rule, cost int
 
 // Lease takes between min and max units of key for the region's process:
 // from the escrow when it holds at least min, else from the coordinator.
+// A coordinator error that is not a refusal of this request (ErrRefused)
+// marks the coordinator down for every rule on it, and the lease is
+// answered by the outage mode; a refusal fails this lease only.
 func (r *Region) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi int64, now time.Time) (gale.Grant, error) {
 	if err := CheckRule(rule); err != nil {
 		return gale.Grant{}, err
@@ -193,6 +208,7 @@ func (r *Region) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi i
 	if err := gale.CheckArgs(rule, lo, hi); err != nil {
 		return gale.Grant{}, err
 	}
+	took := now
 	if e := r.cfg.Escrow; e != nil {
 		h, err := e.Take(ctx, key, lo, hi, now)
 		if err != nil {
@@ -206,20 +222,24 @@ func (r *Region) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi i
 			r.stats.escrowTaken.Add(h.Granted)
 			return heldGrant(rule, h), nil
 		}
+		took = h.Now
 	}
-	if err := r.probe(ctx, now); err != nil {
+	if err := r.health.admit(ctx, r.cfg.Coordinator, now); err != nil {
 		return r.outage(ctx, key, rule, lo, hi, now, err)
 	}
-	ask := hi
-	if r.cfg.Escrow != nil {
-		ask = min(gale.MaxLimit, max(hi, r.cfg.Batch))
-	}
+	ask := r.mach.Ask(lo, hi)
 	g, err := r.cfg.Coordinator.Lease(ctx, key, rule, lo, ask, now)
 	if err != nil {
-		r.fail(now, err)
+		if errors.Is(err, ErrRefused) {
+			return gale.Grant{}, err
+		}
+		if r.health.failed(now, err) {
+			r.stats.outages.Add(1)
+		}
+		r.stats.leaseErrors.Add(1)
 		return r.outage(ctx, key, rule, lo, hi, now, err)
 	}
-	r.healthy()
+	r.health.answered()
 	r.stats.leases.Add(1)
 	switch {
 	case g.Granted == 0:
@@ -228,11 +248,14 @@ func (r *Region) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi i
 		r.stats.partial.Add(1)
 	}
 	r.stats.leased.Add(g.Granted)
-	if g.Granted > hi {
-		r.refill(ctx, key, rule, g.Granted-hi, g, now)
-		g.Granted = hi
+	g, surplus, w := r.mach.Split(g, hi, took)
+	switch {
+	case surplus > 0 && w.End.IsZero(): // a window already over: see refill
+		r.state.queue(pendingReconcile{key, rule, r.newReconcile(surplus, g.WindowEnd, now)})
+	case surplus > 0:
+		r.refill(ctx, key, rule, surplus, w, now)
 	}
-	r.retryPending()
+	r.state.retry(r)
 	return g, nil
 }
 
@@ -254,13 +277,13 @@ func heldGrant(rule gale.Rule, h Held) gale.Grant {
 }
 
 // refill puts a coordinator grant's surplus into the escrow; what the
-// escrow answers it will not take (a later window's balance lives there)
-// goes back. A refill that fails may have landed all the same (its reply
-// lost, or late past the deadline): its units are not given back, or the
-// window could admit them twice, from the escrow and regranted. They are
-// lost to the window instead — under-admission, never over.
-func (r *Region) refill(ctx context.Context, key string, rule gale.Rule, n int64, g gale.Grant, now time.Time) {
-	w := Window{End: g.WindowEnd, TTL: g.WindowEnd.Sub(g.Now)}
+// escrow answers it will not take (a later window's balance lives there,
+// or the window is over on its clock) goes back. A refill that fails may
+// have landed all the same (its reply lost, or late past the deadline):
+// its units are not given back, or the window could admit them twice,
+// from the escrow and regranted. They are lost to the window instead —
+// under-admission, never over.
+func (r *Region) refill(ctx context.Context, key string, rule gale.Rule, n int64, w Window, now time.Time) {
 	added, err := r.cfg.Escrow.Refill(ctx, key, n, w, now)
 	if err != nil {
 		r.stats.refillUnknown.Add(n)
@@ -268,7 +291,10 @@ func (r *Region) refill(ctx context.Context, key string, rule gale.Rule, n int64
 	}
 	r.stats.refilled.Add(added)
 	if added < n {
-		r.reconcile(ctx, key, rule, n-added, g.WindowEnd, now)
+		// Queued, not sent on this lease's path: units a refill could not
+		// park are mostly of a window over on the escrow's clock (a late
+		// reply), and the give-back would cost the lease a round trip.
+		r.state.queue(pendingReconcile{key, rule, r.newReconcile(n-added, w.End, now)})
 	}
 }
 
@@ -282,12 +308,13 @@ func (r *Region) release(ctx context.Context, key string, rule gale.Rule, end ti
 		return
 	}
 	r.stats.released.Add(n)
-	r.queue(key, rule, Reconcile{Leftover: n, WindowEnd: end, Token: r.token + strconv.FormatUint(r.seq.Add(1), 10), Now: now})
+	r.state.queue(pendingReconcile{key, rule, r.newReconcile(n, end, now)})
 }
 
 // Return gives back credits a process of the region leased in the window
-// ending at windowEnd: to the escrow's live balance of that window, or to
-// the coordinator.
+// ending at windowEnd: those it took from the regional budget to that
+// budget, the rest to the escrow's live balance of that window, or to the
+// coordinator.
 func (r *Region) Return(ctx context.Context, key string, rule gale.Rule, credits int64, windowEnd, now time.Time) error {
 	if err := CheckRule(rule); err != nil {
 		return err
@@ -298,45 +325,51 @@ func (r *Region) Return(ctx context.Context, key string, rule gale.Rule, credits
 	if credits <= 0 || windowEnd.IsZero() {
 		return nil
 	}
+	regional, rest, known := r.state.splitReturn(&r.mach, key, credits, windowEnd)
+	if regional > 0 {
+		sub := rule
+		sub.Limit = min(rule.Limit, r.cfg.RegionalLimit)
+		// A failed give-back to the regional budget loses the units to the
+		// window: under-admission.
+		_ = r.cfg.Fallback.Return(ctx, fallbackKey(key), sub, regional, windowEnd, now)
+	}
+	if rest <= 0 || !known {
+		return nil // unknown: they may be regional units (see RuleState)
+	}
 	if e := r.cfg.Escrow; e != nil {
-		added, err := e.Refill(ctx, key, credits, Window{End: windowEnd}, now)
+		added, err := e.Refill(ctx, key, rest, Window{End: windowEnd}, now)
 		switch {
 		case err != nil: // it may have landed: see refill
-			r.stats.refillUnknown.Add(credits)
+			r.stats.refillUnknown.Add(rest)
 			return nil
-		case added == credits:
+		case added == rest:
 			r.stats.refilled.Add(added)
 			return nil
 		}
 	}
-	r.reconcile(ctx, key, rule, credits, windowEnd, now)
+	r.reconcile(ctx, key, rule, rest, windowEnd, now)
 	return nil
+}
+
+// newReconcile is a give-back of n units of the window ending at end under
+// a fresh token.
+func (r *Region) newReconcile(n int64, end, now time.Time) Reconcile {
+	return Reconcile{Leftover: n, WindowEnd: end, Token: r.token + strconv.FormatUint(r.state.seq.Add(1), 10), Now: now}
 }
 
 // reconcile gives n units of the window ending at end back to the
 // coordinator under a fresh token; a failure keeps it to retry.
 func (r *Region) reconcile(ctx context.Context, key string, rule gale.Rule, n int64, end, now time.Time) {
-	rec := Reconcile{Leftover: n, WindowEnd: end, Token: r.token + strconv.FormatUint(r.seq.Add(1), 10), Now: now}
-	if !r.send(ctx, key, rule, rec) {
-		r.queue(key, rule, rec)
+	p := pendingReconcile{key, rule, r.newReconcile(n, end, now)}
+	if !r.send(ctx, p) {
+		r.state.queue(p)
 	}
 }
 
-// queue keeps rec to be retried, dropping the oldest beyond maxPending.
-func (r *Region) queue(key string, rule gale.Rule, rec Reconcile) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.pending) == maxPending {
-		r.pending = r.pending[1:]
-		r.stats.reconcileLost.Add(1)
-	}
-	r.pending = append(r.pending, pendingReconcile{key, rule, rec})
-}
-
-// send makes one attempt at rec, and reports whether it is settled (not
-// to be retried).
-func (r *Region) send(ctx context.Context, key string, rule gale.Rule, rec Reconcile) bool {
-	got, err := r.cfg.Coordinator.Reconcile(ctx, key, rule, rec)
+// send makes one attempt at p, and reports whether it is settled (not to
+// be retried).
+func (r *Region) send(ctx context.Context, p pendingReconcile) bool {
+	got, err := r.cfg.Coordinator.Reconcile(ctx, p.key, p.rule, p.rec)
 	if err != nil {
 		r.stats.reconcileFailed.Add(1)
 		return false
@@ -352,83 +385,9 @@ func (r *Region) send(ctx context.Context, key string, rule gale.Rule, rec Recon
 	return true
 }
 
-// retryPending retries the reconciles that failed, in the background, once
-// the coordinator has answered a lease: one retrier at a time, with the
-// same tokens, so a reconcile that did land before is reported Duplicate.
-func (r *Region) retryPending() {
-	r.mu.Lock()
-	if r.retrying > 0 || len(r.pending) == 0 {
-		r.mu.Unlock()
-		return
-	}
-	r.retrying = len(r.pending)
-	todo := r.pending
-	r.pending = nil
-	r.mu.Unlock()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
-		defer cancel()
-		var again []pendingReconcile
-		for _, p := range todo {
-			if !r.send(ctx, p.key, p.rule, p.rec) {
-				again = append(again, p)
-			}
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.retrying = 0
-		r.pending = append(again, r.pending...)
-		if over := len(r.pending) - maxPending; over > 0 {
-			r.pending = r.pending[over:]
-			r.stats.reconcileLost.Add(int64(over))
-		}
-	}()
-}
-
 // Pending returns how many reconciles wait to be retried, or are being
 // retried now.
-func (r *Region) Pending() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.pending) + r.retrying
-}
-
-// probe returns nil when the coordinator may be asked at now: it is
-// healthy, or its probe is due and Healthy answers.
-func (r *Region) probe(ctx context.Context, now time.Time) error {
-	until := r.down.Load()
-	if until == 0 {
-		return nil
-	}
-	if now.UnixMicro() < until {
-		return r.downErr(until)
-	}
-	if err := r.cfg.Coordinator.Healthy(ctx); err != nil {
-		r.fail(now, err)
-		return r.downErr(r.down.Load())
-	}
-	return nil
-}
-
-func (r *Region) downErr(until int64) error {
-	last := "unknown error"
-	if p := r.lastErr.Load(); p != nil {
-		last = (*p).Error()
-	}
-	return fmt.Errorf("%w (%s); next probe at %s", ErrCoordinatorDown, last, time.UnixMicro(until).UTC().Format(time.RFC3339Nano))
-}
-
-// fail marks the coordinator unreachable from now for ProbeAfter.
-func (r *Region) fail(now time.Time, err error) {
-	r.lastErr.Store(&err)
-	r.stats.leaseErrors.Add(1)
-	if r.down.Swap(now.Add(r.cfg.ProbeAfter).UnixMicro()) == 0 {
-		r.stats.outages.Add(1)
-	}
-}
-
-// healthy marks the coordinator reachable.
-func (r *Region) healthy() { r.down.Store(0) }
+func (r *Region) Pending() int { return r.state.Pending() }
 
 // outage answers a lease the coordinator could not: RegionalOnly from the
 // regional budget, FailClosed with err.
@@ -439,12 +398,13 @@ func (r *Region) outage(ctx context.Context, key string, rule gale.Rule, lo, hi 
 	sub := rule
 	sub.Limit = min(rule.Limit, r.cfg.RegionalLimit)
 	if sub.Limit < lo {
-		return gale.Grant{Now: now, Decision: gale.Decision{Limit: rule.Limit, RetryAfter: r.cfg.ProbeAfter}}, nil
+		return gale.Grant{Now: now, Decision: gale.Decision{Limit: rule.Limit, RetryAfter: r.health.probeAfter}}, nil
 	}
 	g, ferr := r.cfg.Fallback.Lease(ctx, fallbackKey(key), sub, lo, min(hi, sub.Limit), now)
 	if ferr != nil {
 		return gale.Grant{}, fmt.Errorf("federation: regional budget: %w (coordinator: %v)", ferr, err)
 	}
+	r.state.tookRegional(&r.mach, key, g, now)
 	r.stats.regional.Add(g.Granted)
 	g.Decision.Limit = rule.Limit
 	return g, nil
@@ -455,4 +415,4 @@ func (r *Region) outage(ctx context.Context, key string, rule gale.Rule, lo, hi 
 func fallbackKey(key string) string { return "\x00federation-regional\x00" + key }
 
 // Down reports whether the coordinator is marked unreachable.
-func (r *Region) Down() bool { return r.down.Load() != 0 }
+func (r *Region) Down() bool { return r.health.Down() }

@@ -22,6 +22,7 @@ func RunEscrow(t *testing.T, newEscrow func(t *testing.T) federation.Escrow) {
 		{"RefillAddsWithinAWindowAndDropsStaleGrants", refillWithinWindow},
 		{"ABalanceDiesAtItsWindowEndAndIsReleasedOnce", diesAndReleasesOnce},
 		{"JoinOnlyRefillNeverStartsABalance", joinOnly},
+		{"ABalanceLivesFromTheTakeBeforeItsLease", livesFromSince},
 		{"InvalidArguments", escrowArgs},
 	}
 	for _, tc := range cases {
@@ -71,8 +72,8 @@ func (h *escrowHarness) release(end time.Time) int64 {
 }
 
 func takesWhatItHolds(h *escrowHarness) {
-	if got := h.take(1, 5); got != (federation.Held{}) {
-		h.t.Fatalf("take from nothing: %+v, want the zero Held", got)
+	if got := h.take(1, 5); !nothing(got, h.now) {
+		h.t.Fatalf("take from nothing: %+v, want nothing but the take's clock", got)
 	}
 	w := h.window(time.Minute)
 	h.refill(7, w)
@@ -118,8 +119,8 @@ func diesAndReleasesOnce(h *escrowHarness) {
 	if n := h.release(w.End); n != 0 {
 		h.t.Fatalf("second release captured %d, want 0 (the first releaser wins)", n)
 	}
-	if got := h.take(1, 1); got != (federation.Held{}) {
-		h.t.Fatalf("take after the release: %+v, want the zero Held", got)
+	if got := h.take(1, 1); !nothing(got, h.now) {
+		h.t.Fatalf("take after the release: %+v, want nothing but the take's clock", got)
 	}
 	// A refill of the next window replaces a dead balance never released.
 	w2 := h.window(time.Minute)
@@ -149,6 +150,45 @@ func joinOnly(h *escrowHarness) {
 	if got := h.take(1, 10); got.Granted != 4 {
 		h.t.Fatalf("take: %d, want 4", got.Granted)
 	}
+}
+
+// livesFromSince: a grant's units live TTL from Since, the clock a take
+// reported before the lease was sent, not from the refill: a refill that
+// arrives late dies when the coordinator's window does, and one that
+// arrives after it adds nothing.
+func livesFromSince(h *escrowHarness) {
+	took := h.take(1, 1).Now
+	if !took.Equal(h.now) {
+		h.t.Fatalf("take reported its clock as %v, want %v (the now passed)", took, h.now)
+	}
+	end := h.now.Add(time.Second)
+	h.now = h.now.Add(300 * time.Millisecond) // the coordinator's reply took 300 ms
+	if got := h.refill(5, federation.Window{End: end, TTL: time.Second, Since: took}); got != 5 {
+		h.t.Fatalf("refill 300 ms after the take added %d, want 5", got)
+	}
+	h.now = took.Add(999 * time.Millisecond)
+	if got := h.take(1, 1); got.Granted != 1 || got.Window.TTL != time.Millisecond {
+		h.t.Fatalf("take 1 ms before the window ends: %+v, want 1 taken with 1 ms to live", got)
+	}
+	h.now = took.Add(time.Second)
+	if got := h.take(1, 1); got.Granted != 0 || !got.Dead.Equal(end) {
+		h.t.Fatalf("take at the window's end: %+v, want nothing and the dead balance named (it lived past its window)", got)
+	}
+	h.release(end)
+	end2 := h.now.Add(time.Second)
+	took = h.take(1, 1).Now
+	h.now = h.now.Add(time.Second)
+	if got := h.refill(5, federation.Window{End: end2, TTL: time.Second, Since: took}); got != 0 {
+		h.t.Fatalf("a refill arriving after its window ended added %d, want 0 (dead on arrival)", got)
+	}
+	if got := h.take(1, 1); !nothing(got, h.now) {
+		h.t.Fatalf("take after a refill dead on arrival: %+v, want nothing", got)
+	}
+}
+
+// nothing reports whether h is a take that found nothing, at now.
+func nothing(h federation.Held, now time.Time) bool {
+	return h.Granted == 0 && h.Balance == 0 && h.Window == (federation.Window{}) && h.Dead.IsZero() && h.Now.Equal(now)
 }
 
 func escrowArgs(h *escrowHarness) {

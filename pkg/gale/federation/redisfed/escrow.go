@@ -104,28 +104,31 @@ func (e *Escrow) Take(ctx context.Context, key string, min, max int64, now time.
 	if err != nil {
 		return federation.Held{}, e.failure(ctx, "take", key, err)
 	}
-	if len(r) != 5 || r[1] < 0 || r[1] > max || r[3] < 0 || r[4] < 0 {
+	if len(r) != 6 || r[1] < 0 || r[1] > max || r[3] < 0 || r[4] < 0 || r[5] < 0 || r[5] >= maxMicros {
 		return federation.Held{}, e.failure(ctx, "take", key, fmt.Errorf("%w: %v", redisstore.ErrMalformedReply, r))
 	}
+	took := time.UnixMicro(r[5])
 	switch r[0] {
 	case 0:
-		return federation.Held{}, nil
+		return federation.Held{Now: took}, nil
 	case 1:
 		return federation.Held{
 			Granted: r[1],
 			Window:  federation.Window{End: time.UnixMicro(r[2]), TTL: time.Duration(r[3]) * time.Microsecond},
 			Balance: r[4],
+			Now:     took,
 		}, nil
 	case 2:
-		return federation.Held{Dead: time.UnixMicro(r[2])}, nil
+		return federation.Held{Dead: time.UnixMicro(r[2]), Now: took}, nil
 	}
 	return federation.Held{}, e.failure(ctx, "take", key, fmt.Errorf("%w: %v", redisstore.ErrMalformedReply, r))
 }
 
 // Refill adds n units granted in window w to key's balance, as the
 // federation.Escrow contract says, and returns the units added. w.End is
-// compared at microsecond resolution, and the deadline is now + w.TTL, both
-// rounded down to the microsecond. A balance it starts expires from Redis
+// compared at microsecond resolution, and the deadline is w.Since (now when
+// zero) + w.TTL, both rounded down to the microsecond; a refill dead on
+// arrival adds nothing. A balance it starts expires from Redis
 // w.TTL + max(w.TTL, EscrowGrace) later. Errors are as for Take, with
 // redisstore.ErrTimeRange also for a w.End or deadline out of range.
 //
@@ -143,18 +146,26 @@ func (e *Escrow) Refill(ctx context.Context, key string, n int64, w federation.W
 		return 0, err
 	}
 	end, ttl := w.End.UnixMicro(), int64(w.TTL/time.Microsecond)
-	// The deadline, now + ttl, must stay below 2^53 too; under ServerTime
+	// The deadline, since + ttl, must stay below 2^53 too; under ServerTime
 	// now is Redis's, below 2^51 until 2041, and ttl below 2^52 suffices.
 	limit := int64(maxMicros / 2)
 	if us, ok := at.(int64); ok {
 		limit = maxMicros - us
+	}
+	since := any("")
+	if !w.Since.IsZero() {
+		us := w.Since.UnixMicro()
+		if us < 0 || us >= maxMicros/2 {
+			return 0, fmt.Errorf("%w: since %v", redisstore.ErrTimeRange, w.Since)
+		}
+		since, limit = us, min(limit, maxMicros-us)
 	}
 	if end < 0 || end >= maxMicros || ttl >= limit {
 		return 0, fmt.Errorf("%w: window end %v, TTL %v", redisstore.ErrTimeRange, w.End, w.TTL)
 	}
 	keep := w.TTL + max(w.TTL, EscrowGrace)
 	keepMS := int64((keep + time.Millisecond - 1) / time.Millisecond)
-	added, err := e.run(ctx, &refillScript, "refill", key, at, n, end, ttl, keepMS, int64(gale.MaxLimit)).Int64()
+	added, err := e.run(ctx, &refillScript, "refill", key, at, n, end, ttl, keepMS, int64(gale.MaxLimit), since).Int64()
 	if err != nil {
 		return 0, e.failure(ctx, "refill", key, err)
 	}

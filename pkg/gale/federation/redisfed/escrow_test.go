@@ -167,7 +167,7 @@ func TestEscrowKeyLayout(t *testing.T) {
 	if h, _ := e.Take(ctx, "empty", 2, 2, now); h.Granted != 2 {
 		t.Fatalf("take: %+v", h)
 	}
-	if h, _ := e.Take(ctx, "empty", 1, 1, now.Add(time.Minute)); h != (federation.Held{}) {
+	if h, _ := e.Take(ctx, "empty", 1, 1, now.Add(time.Minute)); h.Granted != 0 || !h.Dead.IsZero() || !h.Now.Equal(now.Add(time.Minute)) {
 		t.Fatalf("take of a dead empty balance: %+v, want the zero Held", h)
 	}
 	if n := rc.Exists(ctx, e.Key("empty")).Val(); n != 0 {

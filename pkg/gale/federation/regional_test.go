@@ -1,0 +1,244 @@
+package federation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
+	"github.com/throttlekit/throttlekit/pkg/gale/storetest"
+)
+
+// TestRegionalUnitsGoBackToTheRegionalBudget (issue 28, hole 2), on real
+// Redis escrows and regional stores: region b holds the whole limit of
+// 10; region a, in outage, leases 5 from its regional budget; the
+// coordinator comes back and a gives the 5 back. Fixed windows align on
+// Unix time, so the regional grant's window end is the coordinator's, and
+// the region reconciled the 5 to the coordinator, which granted b 5 more:
+// 15 granted against 10. They go back to the regional budget instead.
+func TestRegionalUnitsGoBackToTheRegionalBudget(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault federation.RegionFault
+		// granted is what the coordinator grants in the window; regional
+		// what a's regional budget has left after the give-back.
+		granted, regional int64
+	}{
+		{"fixed", 0, 10, 5},
+		{"the hole (FaultRegionalToCoordinator)", federation.FaultRegionalToCoordinator, 15, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rule := gale.Rule{Algorithm: gale.FixedWindow, Limit: 10, Period: time.Minute}
+			coord := newSwitchable()
+			b := realRegions(t, nil)
+			region := func(name string, r int) *federation.Region {
+				reg, err := federation.NewRegion(federation.RegionConfig{
+					Name: name, Coordinator: coord, Escrow: b.escrow(t, r), Batch: 10,
+					Outage: federation.RegionalOnly, Fallback: b.fallback(t, r), RegionalLimit: 5, Fault: tc.fault,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(reg.Close)
+				return reg
+			}
+			ra, rb := region("a", 0), region("b", 1)
+			ctx, key, now := context.Background(), fmt.Sprintf("k/%d", time.Now().UnixNano()), storetest.Timeline().Add(10*time.Second)
+			if g, err := rb.Lease(ctx, key, rule, 1, 10, now); err != nil || g.Granted != 10 {
+				t.Fatalf("b's lease of the whole limit: %+v, %v", g, err)
+			}
+			coord.down.Store(true)
+			g, err := ra.Lease(ctx, key, rule, 1, 5, now)
+			if err != nil || g.Granted != 5 || !ra.Down() {
+				t.Fatalf("a's lease in outage: %+v, %v (down %v), want 5 from the regional budget", g, err, ra.Down())
+			}
+			coord.down.Store(false)
+			if err := ra.Return(ctx, key, rule, 5, g.WindowEnd, now); err != nil {
+				t.Fatal(err)
+			}
+			later := now.Add(2 * time.Second)      // past the probe
+			rb.Lease(ctx, key, rule, 1, 10, later) //nolint:errcheck // what it got is read from the coordinator's count
+			if got := coord.grantedIn(g.WindowEnd); got != tc.granted {
+				t.Fatalf("the coordinator granted %d in the window, want %d", got, tc.granted)
+			}
+			coord.down.Store(true)
+			left, err := ra.Lease(ctx, key, rule, 1, 5, later.Add(2*time.Second))
+			if err != nil || left.Granted != tc.regional {
+				t.Fatalf("a's regional budget after the give-back granted %+v, %v, want %d", left, err, tc.regional)
+			}
+		})
+	}
+}
+
+// refusing is a coordinator that refuses leases of keys longer than 64
+// bytes (the server answered: ErrRefused), and counts Healthy calls;
+// Healthy blocks until release is closed, when it is not nil.
+type refusing struct {
+	*switchable
+	healthy atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *refusing) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi int64, now time.Time) (gale.Grant, error) {
+	if len(key) > 64 {
+		return gale.Grant{}, fmt.Errorf("test coordinator: key of %d bytes: %w", len(key), federation.ErrRefused)
+	}
+	return c.switchable.Lease(ctx, key, rule, lo, hi, now)
+}
+
+func (c *refusing) Healthy(ctx context.Context) error {
+	c.healthy.Add(1)
+	if c.entered != nil {
+		c.entered <- struct{}{}
+		<-c.release
+	}
+	return c.switchable.Healthy(ctx)
+}
+
+// TestARefusalIsNotAnOutage (issue 28, hole 3, the region's half): a
+// request the coordinator answers and refuses (a key it cannot store)
+// fails that request alone; it marks no outage, so the rule's other keys,
+// and the other rules on the coordinator, go on leasing. Before, any
+// error took the whole rule down for probe-after, and one request with a
+// long value repeated kept it down.
+func TestARefusalIsNotAnOutage(t *testing.T) {
+	coord := &refusing{switchable: newSwitchable()}
+	health := federation.NewHealth(time.Second)
+	regions := make([]*federation.Region, 2)
+	for i := range regions {
+		r, err := federation.NewRegion(federation.RegionConfig{Name: "eu", Coordinator: coord, Health: health})
+		if err != nil {
+			t.Fatal(err)
+		}
+		regions[i] = r
+	}
+	ctx, now := context.Background(), storetest.Timeline()
+	long := string(make([]byte, 8<<10))
+	if _, err := regions[0].Lease(ctx, long, perMinute, 1, 1, now); !errors.Is(err, federation.ErrRefused) {
+		t.Fatalf("a refused lease: %v, want ErrRefused", err)
+	}
+	for i, r := range regions {
+		if r.Down() {
+			t.Fatalf("region %d is down after a refusal", i)
+		}
+		if g, err := r.Lease(ctx, "short", perMinute, 1, 1, now); err != nil || g.Granted != 1 {
+			t.Fatalf("region %d, another key after the refusal: %+v, %v", i, g, err)
+		}
+	}
+	if s := regions[0].Stats(); s.Outages != 0 || s.LeaseErrors != 0 {
+		t.Fatalf("stats after a refusal: %+v, want no outage, no lease error", s)
+	}
+}
+
+// TestHealthIsTheConnections: an outage is the coordinator connection's.
+// One rule's failed lease marks every rule on the connection down; once
+// the probe is due, one lease probes while the others answer by their
+// outage mode (not one Healthy per lease at once); its answer heals all.
+func TestHealthIsTheConnections(t *testing.T) {
+	coord := &refusing{switchable: newSwitchable()}
+	health := federation.NewHealth(time.Second)
+	var regions []*federation.Region
+	for range 8 {
+		r, err := federation.NewRegion(federation.RegionConfig{Name: "eu", Coordinator: coord, Health: health})
+		if err != nil {
+			t.Fatal(err)
+		}
+		regions = append(regions, r)
+	}
+	ctx, now := context.Background(), storetest.Timeline()
+	coord.down.Store(true)
+	if _, err := regions[0].Lease(ctx, "a", perMinute, 1, 1, now); !errors.Is(err, errDown) {
+		t.Fatalf("lease with the coordinator down: %v", err)
+	}
+	calls := coord.calls.Load()
+	for i, r := range regions {
+		if !r.Down() {
+			t.Fatalf("region %d (another rule) is not down after rule 0's failure", i)
+		}
+		if _, err := r.Lease(ctx, "b", perMinute, 1, 1, now.Add(time.Millisecond)); !errors.Is(err, federation.ErrCoordinatorDown) {
+			t.Fatalf("region %d before the probe is due: %v, want ErrCoordinatorDown", i, err)
+		}
+	}
+	if got := coord.calls.Load(); got != calls {
+		t.Fatalf("%d calls reached the coordinator before the probe was due, want none", got-calls)
+	}
+	coord.down.Store(false)
+	coord.entered, coord.release = make(chan struct{}), make(chan struct{})
+	due := now.Add(2 * time.Second)
+	probed := make(chan error, 1)
+	go func() {
+		_, err := regions[0].Lease(ctx, "c", perMinute, 1, 1, due)
+		probed <- err
+	}()
+	<-coord.entered // one lease is probing
+	var wg sync.WaitGroup
+	for i, r := range regions[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.Lease(ctx, "d", perMinute, 1, 1, due); !errors.Is(err, federation.ErrCoordinatorDown) {
+				t.Errorf("region %d while another probes: %v, want ErrCoordinatorDown", i+1, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(coord.release)
+	if err := <-probed; err != nil {
+		t.Fatalf("the probing lease: %v", err)
+	}
+	if got := coord.healthy.Load(); got != 1 {
+		t.Fatalf("%d probes, want 1", got)
+	}
+	for i, r := range regions {
+		if r.Down() {
+			t.Fatalf("region %d still down after the probe answered", i)
+		}
+	}
+}
+
+// TestAReplacedRegionKeepsItsReconciles: a policy reload replaces a
+// rule's Region; the reconciles its predecessor could not send are
+// retried by the new one (they share the rule's RuleState), not dropped,
+// and Close waits for the retrier.
+func TestAReplacedRegionKeepsItsReconciles(t *testing.T) {
+	coord := newSwitchable()
+	state := federation.NewRuleState(nil)
+	newRegion := func() *federation.Region {
+		r, err := federation.NewRegion(federation.RegionConfig{Name: "eu", Coordinator: coord, State: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	ctx, now := context.Background(), storetest.Timeline()
+	old := newRegion()
+	g, err := old.Lease(ctx, "k", perMinute, 1, 10, now)
+	if err != nil || g.Granted != 10 {
+		t.Fatalf("lease: %+v, %v", g, err)
+	}
+	coord.down.Store(true)
+	if err := old.Return(ctx, "k", perMinute, 10, g.WindowEnd, now); err != nil {
+		t.Fatal(err)
+	}
+	if old.Pending() != 1 {
+		t.Fatalf("%d reconciles pending, want the one that failed", old.Pending())
+	}
+	coord.down.Store(false)
+	replaced := newRegion() // the reload
+	if _, err := replaced.Lease(ctx, "other", perMinute, 1, 1, now.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	state.Close() // waits for the retry the lease began
+	if s := replaced.Stats(); s.ReconcileApplied != 1 || s.ReconcileLost != 0 || replaced.Pending() != 0 {
+		t.Fatalf("after the reload: %+v, %d pending; want the old region's reconcile applied by the new one", s, replaced.Pending())
+	}
+	if got, err := coord.Lease(ctx, "k", perMinute, 1, 60, now); err != nil || got.Granted != 60 {
+		t.Fatalf("the window after the give-back granted %+v, %v, want all 60 (the 10 given back)", got, err)
+	}
+}
