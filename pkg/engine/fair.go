@@ -13,11 +13,15 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/policy"
 )
 
-// Bounds of a fair rule's state: counters (one escrow each) and tenants.
-const (
-	maxFairKeys    = 4096
-	maxFairTenants = 100
-)
+// maxFairKeys bounds a fair rule's counters, one escrow each. Each escrow
+// tracks at most the policy's fairness.max_tenants tenants by name, besides
+// its configured ones and its overflow account (fair.Config.MaxTenants).
+const maxFairKeys = 4096
+
+// maxShareLabels bounds the tenants a fair rule's shares name, for the
+// metric's labels: the rest are summed under OtherValue. It bounds what is
+// reported, not what is admitted.
+const maxShareLabels = MaxMetricValues
 
 // fairRule shares a rule's limit among tenants (pkg/gale/fair): one escrow
 // per counter key, each leasing its budget from the store, so a fleet stays
@@ -40,7 +44,11 @@ func (e *Engine) newFairRule(r *rule, fz *policy.Fairness, keys []string) (*fair
 	if level < 0 {
 		return nil, fmt.Errorf("fairness tenant_key %q is not a key of this descriptor or of one above it (%v)", fz.TenantKey, keys)
 	}
-	cfg := fair.Config{Limit: r.galeRule.Limit, Window: r.galeRule.Period, Weights: fz.Weights, DefaultWeight: fz.DefaultWeight, MaxTenants: maxFairTenants}
+	maxTenants := fz.MaxTenants
+	if maxTenants <= 0 { // a Fairness not read from YAML
+		maxTenants = policy.DefaultFairTenants
+	}
+	cfg := fair.Config{Limit: r.galeRule.Limit, Window: r.galeRule.Period, Weights: fz.Weights, DefaultWeight: fz.DefaultWeight, MaxTenants: maxTenants}
 	if _, err := fair.New(cfg); err != nil {
 		return nil, err
 	}
@@ -117,8 +125,9 @@ func (f *fairRule) GiveBack(context.Context, string, int64, time.Time) (int64, e
 	return 0, nil
 }
 
-// shares sums the tenants' shares over every counter, at most
-// maxFairTenants tenants (the rest under OtherValue).
+// shares sums the tenants' shares over every counter: at most
+// maxShareLabels tenants by name, the rest under OtherValue, and each
+// counter's overflow account under fair.Overflow.
 func (f *fairRule) shares() map[string]int64 {
 	f.mu.Lock()
 	escrows := make([]*fair.Shared, 0, len(f.escrows))
@@ -126,11 +135,15 @@ func (f *fairRule) shares() map[string]int64 {
 		escrows = append(escrows, s)
 	}
 	f.mu.Unlock()
-	out := map[string]int64{}
+	out, named := map[string]int64{}, 0
 	for _, s := range escrows {
 		for t, v := range s.Shares() {
-			if _, ok := out[t]; !ok && len(out) >= maxFairTenants {
-				t = OtherValue
+			if _, ok := out[t]; !ok && t != fair.Overflow {
+				if named < maxShareLabels {
+					named++
+				} else {
+					t = OtherValue
+				}
 			}
 			out[t] += v
 		}

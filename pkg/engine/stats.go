@@ -115,7 +115,9 @@ type RuleSnapshot struct {
 	// Limiter is the limiter's counters; zero for unlimited and blocked rules.
 	Limiter gale.Stats
 	// FairShares are a fair rule's tenants' shares of the current window,
-	// summed over its counters (at most 100 tenants, then OtherValue).
+	// summed over its counters: at most MaxMetricValues tenants by name, the
+	// rest under OtherValue, and the overflow accounts of the tenants past
+	// the rule's max_tenants under fair.Overflow ("_overflow").
 	FairShares map[string]int64
 }
 

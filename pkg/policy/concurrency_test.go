@@ -120,7 +120,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	fz := d.Descriptors[0].Descriptors[0].Fairness
-	if fz == nil || fz.TenantKey != "tenant" || fz.Weights["gold"] != 3 || fz.Weights["free"] != 0.5 || fz.DefaultWeight != 1 {
+	if fz == nil || fz.TenantKey != "tenant" || fz.Weights["gold"] != 3 || fz.Weights["free"] != 0.5 || fz.DefaultWeight != 1 || fz.MaxTenants != policy.DefaultFairTenants {
 		t.Fatalf("fairness %+v", fz)
 	}
 	for _, tc := range []struct{ desc, want string }{
@@ -134,6 +134,44 @@ descriptors:
 		_, err := policy.Parse("f.yaml", []byte("domain: f\ndescriptors:\n  - key: k\n    "+tc.desc+"\n"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want %q", tc.desc, err, tc.want)
+		}
+	}
+}
+
+// TestFairnessMaxTenants: max_tenants sets how many tenants each counter
+// tracks by name (default DefaultFairTenants); a value out of 1..
+// MaxFairTenants, or not a whole number, is refused at its file, line and
+// field.
+func TestFairnessMaxTenants(t *testing.T) {
+	src := func(v string) []byte {
+		return []byte("domain: f\ndescriptors:\n  - key: k\n    fairness:\n      tenant_key: k\n      max_tenants: " + v + "\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	}
+	for v, want := range map[string]int{"1": 1, "5000": 5000, "100000": policy.MaxFairTenants, "~": policy.DefaultFairTenants} {
+		d, err := policy.Parse("f.yaml", src(v))
+		if err != nil {
+			t.Fatalf("max_tenants: %s: %v", v, err)
+		}
+		if got := d.Descriptors[0].Fairness.MaxTenants; got != want {
+			t.Errorf("max_tenants: %s reads %d, want %d", v, got, want)
+		}
+		// Format writes it unless it is the default, and it reads back.
+		out, err := policy.Format(d, policy.Notes{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if written := strings.Contains(string(out), "max_tenants:"); written != (want != policy.DefaultFairTenants) {
+			t.Errorf("max_tenants: %s formats as:\n%s", v, out)
+		}
+		back, err := policy.Parse("f.yaml", out)
+		if err != nil || back.Descriptors[0].Fairness.MaxTenants != want {
+			t.Errorf("max_tenants: %s does not read back from:\n%s(%v)", v, out, err)
+		}
+	}
+	const at = "f.yaml:6: descriptors[0].fairness.max_tenants: max_tenants must be a whole number from 1 to 100000"
+	for _, v := range []string{"-1", "0", "100001", "9999999999999999999999", "1.5", "many", "[1]"} {
+		_, err := policy.Parse("f.yaml", src(v))
+		if err == nil || !strings.Contains(err.Error(), at) {
+			t.Errorf("max_tenants: %s: err = %v, want %q", v, err, at)
 		}
 	}
 }

@@ -156,6 +156,9 @@ func descriptorNode(d *Descriptor, notes Notes) mapNode {
 		if fz.DefaultWeight != 1 {
 			f.add("default_weight", floatNode(fz.DefaultWeight))
 		}
+		if fz.MaxTenants != DefaultFairTenants {
+			f.add("max_tenants", intNode(fz.MaxTenants))
+		}
 		m.add("fairness", f.Node)
 	}
 	switch len(d.Limits) {

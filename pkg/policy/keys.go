@@ -75,7 +75,7 @@ var (
 	}
 	fairLevel = &level{
 		what:      "a descriptor's fairness",
-		keys:      []string{"tenant_key", "weights", "default_weight"},
+		keys:      []string{"tenant_key", "weights", "default_weight", "max_tenants"},
 		elsewhere: func(string) string { return "" },
 	}
 	sizingLevel = &level{

@@ -339,13 +339,14 @@ func (r *reader) storeErrorPolicy(n *yaml.Node, field string) (StoreErrorPolicy,
 }
 
 // fairness reads a descriptor's fairness block: which request entry names the
-// tenant, and the tenants' weights.
+// tenant, the tenants' weights, and how many tenants each counter tracks by
+// name.
 func (r *reader) fairness(n *yaml.Node, field string) *Fairness {
 	if n.Kind != yaml.MappingNode {
-		r.errorf(n, field, "fairness must be a mapping (tenant_key: ..., weights: {...}, default_weight: 1), not %s", describe(n))
+		r.errorf(n, field, "fairness must be a mapping (tenant_key: ..., weights: {...}, default_weight: 1, max_tenants: %d), not %s", DefaultFairTenants, describe(n))
 		return nil
 	}
-	fz := &Fairness{DefaultWeight: 1, Weights: map[string]float64{}, Pos: r.pos(n)}
+	fz := &Fairness{DefaultWeight: 1, Weights: map[string]float64{}, MaxTenants: DefaultFairTenants, Pos: r.pos(n)}
 	weight := func(v *yaml.Node, f string) (float64, bool) {
 		w, err := strconv.ParseFloat(v.Value, 64)
 		if v.Kind != yaml.ScalarNode || err != nil || w <= 0 || math.IsInf(w, 0) {
@@ -363,6 +364,16 @@ func (r *reader) fairness(n *yaml.Node, field string) *Fairness {
 			if w, ok := weight(p.val, f); ok {
 				fz.DefaultWeight = w
 			}
+		case "max_tenants":
+			if isNull(p.val) {
+				continue // null leaves the default
+			}
+			var v int64
+			if p.val.Kind != yaml.ScalarNode || p.val.ShortTag() != "!!int" || p.val.Decode(&v) != nil || v < 1 || v > MaxFairTenants {
+				r.errorf(p.val, f, "max_tenants must be a whole number from 1 to %d (the tenants each counter tracks by name; those past it share one overflow account), not %s", MaxFairTenants, describe(p.val))
+				continue
+			}
+			fz.MaxTenants = int(v)
 		case "weights":
 			if p.val.Kind != yaml.MappingNode {
 				r.errorf(p.val, f, "weights must be a mapping of tenant: weight, not %s", describe(p.val))

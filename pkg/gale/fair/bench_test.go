@@ -50,6 +50,27 @@ func BenchmarkDecideContended(b *testing.B) {
 	}
 }
 
+// BenchmarkDecideBeyondGuarantee is a call beyond its tenant's guarantee
+// with n tenants tracked: the escrow scans them for their claims and sorts
+// them for the water level, the cost Config.MaxTenants bounds. The others
+// asked one unit each; a window of 10·n units rolls every 5·n calls.
+func BenchmarkDecideBeyondGuarantee(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(strconv.Itoa(n)+"tenants", func(b *testing.B) {
+			e := mustNew(b, Config{Limit: int64(10 * n), Window: time.Hour})
+			for i := range n {
+				e.Decide("tenant-"+strconv.Itoa(i), 1, t0)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				e.Decide("tenant-0", 1, t0.Add(time.Duration(i/(5*n))*time.Hour))
+				i++
+			}
+		})
+	}
+}
+
 // BenchmarkDecideParallel measures the escrow's mutex under contention.
 func BenchmarkDecideParallel(b *testing.B) {
 	e := mustNew(b, Config{Limit: 1 << 40, Window: time.Hour, Weights: map[string]float64{"a": 1, "b": 2}})

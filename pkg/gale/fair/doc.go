@@ -40,6 +40,11 @@
 // sharing-incentive is): a tenant inflating its demand gains at most up to
 // its fair share, and the forecast carries the inflation one window only.
 //
+// Memory is bounded by Config.MaxTenants: the tenants not in Weights past it
+// are decided together on one overflow account that weighs DefaultWeight, so
+// a newcomer is still admitted while the budget has room, and the cap and
+// the configured tenants' guarantees hold as ever.
+//
 // Shared runs the same decisions in each process of a fleet over budget
 // leased in quanta from a gale.Store fixed-window counter, so the fleet's
 // admissions per window stay at or below Limit for any number of processes.

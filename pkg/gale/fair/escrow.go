@@ -30,12 +30,31 @@ type Config struct {
 	// DefaultWeight is the weight of a tenant not in Weights, counted only in
 	// the windows where it asks. 0 means 1.
 	DefaultWeight float64
-	// MaxTenants bounds the tenants one window tracks; a new tenant beyond it
-	// is denied with ReasonTenants. 0 means no bound: then memory grows with
-	// the distinct tenants of a window, which callers facing the public should
-	// not allow.
+	// MaxTenants bounds the tenants not in Weights that one window tracks
+	// by name (those that asked in this window or the last); the tenants in
+	// Weights are always tracked. Escrow and Shared decide a new tenant
+	// beyond it on the window's overflow account: one account, listed as
+	// Overflow, that every such tenant shares and that weighs DefaultWeight.
+	// Such a tenant is admitted, as any is, while the budget has room no
+	// other account has claimed; the tenants in the overflow are guaranteed
+	// one default tenant's share between them, first come, first served
+	// among themselves; the cap holds as ever. A tenant in the overflow is
+	// tracked by name again once a window's roll frees a place. Federated
+	// counts tenant-region pairs instead, configured or not, and denies a
+	// new pair beyond it with ReasonTenants.
+	//
+	// Each tracked tenant costs about 110 bytes of heap plus its name
+	// (TestTrackedTenantBytes), and a call beyond its tenant's guarantee
+	// scans and sorts every tracked tenant. 0 means no bound: then memory
+	// grows with the distinct tenants of a window, which callers facing the
+	// public should not allow.
 	MaxTenants int
 }
+
+// Overflow is the name under which Shares and Admitted list the overflow
+// account of the tenants past Config.MaxTenants (summed with a tenant of
+// that name, should one be tracked: decisions keep the two apart).
+const Overflow = "_overflow"
 
 // config is a validated Config.
 type config struct {
@@ -91,7 +110,8 @@ const (
 	// owed to, other tenants.
 	ReasonDenied
 	// ReasonTenants denies: the window already tracks Config.MaxTenants
-	// tenants and this is a new one.
+	// tenant-region pairs and this is a new one (Federated only: Escrow and
+	// Shared decide such a call on the overflow account).
 	ReasonTenants
 )
 
@@ -131,6 +151,10 @@ type Decision struct {
 	Remaining int64
 	// ResetAt is the end of the window.
 	ResetAt time.Time
+	// Overflow reports that the call was decided on the overflow account
+	// (see Config.MaxTenants): Guarantee and Admitted are then the
+	// account's, shared with every tenant in it.
+	Overflow bool
 }
 
 // Escrow is a weighted-fair escrow of one process's budget. Create it with
@@ -169,7 +193,8 @@ func (e *Escrow) Decide(tenant string, cost int64, now time.Time) Decision {
 // each tenant the escrow tracks in the window of its latest decision — those
 // that asked in that window or the one before — given their demands seen
 // (WaterFill, rounded down). No other tenant is listed, so the map is bounded
-// by two windows' tenants (and by MaxTenants).
+// by two windows' tenants (and by MaxTenants, the overflow account listed
+// under Overflow).
 func (e *Escrow) Shares() map[string]int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()

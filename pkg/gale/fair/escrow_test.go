@@ -103,16 +103,35 @@ func TestEscrowTimeline(t *testing.T) {
 			},
 		},
 		{
-			// a and b asked in window 1, so window 2 still tracks them; they
-			// are forgotten after a window without asking.
-			name: "MaxTenants bounds the tenants tracked",
+			// c, d and e share the overflow account: W = 3, its guarantee
+			// 3 of 10, and it borrows beyond like any tenant. a and b asked
+			// in window 1, so window 2 still tracks them and c is still in
+			// the overflow; they are forgotten after a window without
+			// asking, and c is tracked by name.
+			name: "tenants past MaxTenants share the overflow account",
 			cfg:  Config{Limit: 10, Window: w, MaxTenants: 2},
 			steps: []step{
 				{0, "a", 1, ReasonShare, 0},
 				{1, "b", 1, ReasonShare, 0},
-				{2, "c", 1, ReasonTenants, 0},
-				{w, "c", 1, ReasonTenants, 0},
+				{2, "c", 1, ReasonShare, 0},
+				{3, "d", 2, ReasonShare, 0},
+				{4, "e", 1, ReasonBorrow, 1},
+				{w, "c", 1, ReasonShare, 0},
 				{2 * w, "c", 1, ReasonShare, 0},
+			},
+		},
+		{
+			// g is configured: tracked by name though a fills MaxTenants.
+			// W = 2 + 1 + 1: g's guarantee 5, the overflow's 2.
+			name: "a configured tenant is never in the overflow, and the cap holds",
+			cfg:  Config{Limit: 10, Window: w, Weights: map[string]float64{"g": 2}, MaxTenants: 1},
+			steps: []step{
+				{0, "a", 1, ReasonShare, 0},
+				{1, "x", 1, ReasonShare, 0},
+				{2, "g", 5, ReasonShare, 0},
+				{3, "y", 3, ReasonBorrow, 2},
+				{4, "z", 1, ReasonCap, 0},
+				{5, "g", 1, ReasonCap, 0},
 			},
 		},
 	} {

@@ -29,7 +29,9 @@ import (
 //     within its share from Allocate over the demands seen.
 //
 // Demand seen and the forecast from the previous window are as in Escrow;
-// Config.MaxTenants bounds the tenant-region pairs a window tracks.
+// Config.MaxTenants bounds the tenant-region pairs a window tracks, the
+// configured tenants' included: a new pair beyond it is denied with
+// ReasonTenants (Federated has no overflow account).
 //
 // Federated is one arbiter for every region, in process: the regions'
 // sidecars would reach it through a store, which is not built (see the

@@ -2,6 +2,7 @@ package fair
 
 import (
 	"math"
+	"strings"
 	"time"
 )
 
@@ -14,9 +15,16 @@ type ledger struct {
 	// the first decision.
 	end     time.Time
 	tenants map[string]*tenant
-	// active lists the tenants of tenants: those that asked in this window or
-	// in the one before.
+	// overflow is the account of the unconfigured tenants past
+	// cfg.maxTenants, nil while none has asked in this window or the one
+	// before. It is never in tenants.
+	overflow *tenant
+	// active lists the tenants of tenants, and overflow when it is not nil:
+	// those that asked in this window or in the one before.
 	active []*tenant
+	// named counts the unconfigured tenants of tenants. Invariant: named ≤
+	// cfg.maxTenants when that is above 0.
+	named int
 	// weight is W: the configured weights plus DefaultWeight for each
 	// unconfigured active tenant. Invariant: weight > 0 once a tenant is
 	// active.
@@ -63,16 +71,23 @@ func (l *ledger) roll(now time.Time) {
 	start := time.UnixMicro(floorDiv(us, p) * p)
 	next := l.end.Equal(start)
 	l.end = start.Add(l.cfg.window)
-	l.weight, l.used = l.cfg.configured, 0
+	l.weight, l.used, l.named = l.cfg.configured, 0, 0
 	kept := l.active[:0]
 	for _, t := range l.active {
 		if !next || t.demand == 0 {
-			delete(l.tenants, t.name)
+			if t == l.overflow {
+				l.overflow = nil
+			} else {
+				delete(l.tenants, t.name)
+			}
 			continue
 		}
 		t.forecast, t.demand, t.used = t.demand, 0, 0
 		if !t.configured {
 			l.weight += t.weight
+			if t != l.overflow {
+				l.named++
+			}
 		}
 		kept = append(kept, t)
 	}
@@ -83,27 +98,17 @@ func (l *ledger) roll(now time.Time) {
 // evaluate decides a call of cost units by name at now over a budget of
 // capacity units for the window, and records its demand; it does not admit
 // it: the caller commits an allowed decision once it holds the units. It
-// returns the tenant's account, nil when the tenant table is full.
+// returns the account the call is decided on: the tenant's, or the
+// overflow's.
 func (l *ledger) evaluate(name string, cost int64, now time.Time, capacity int64) (Decision, *tenant) {
 	l.roll(now)
 	l.capacity = capacity
 	t := l.tenants[name]
 	if t == nil {
-		if l.cfg.maxTenants > 0 && len(l.active) >= l.cfg.maxTenants {
-			return Decision{Reason: ReasonTenants, Remaining: capacity - l.used, ResetAt: l.end}, nil
-		}
-		t = &tenant{name: name}
-		w, ok := l.cfg.weights[name]
-		if !ok {
-			w = l.cfg.defaultWeight
-			l.weight += w
-		}
-		t.weight, t.configured = w, ok
-		l.tenants[name] = t
-		l.active = append(l.active, t)
+		t = l.add(name)
 	}
 	t.demand += cost
-	d := Decision{Guarantee: l.guarantee(t), Admitted: t.used, Remaining: capacity - l.used, ResetAt: l.end}
+	d := Decision{Guarantee: l.guarantee(t), Admitted: t.used, Remaining: capacity - l.used, ResetAt: l.end, Overflow: t == l.overflow}
 	switch {
 	case l.used+cost > capacity:
 		d.Reason = ReasonCap
@@ -116,6 +121,31 @@ func (l *ledger) evaluate(name string, cost int64, now time.Time, capacity int64
 		d.Borrowed = t.used + cost - max(t.used, d.Guarantee)
 	}
 	return d, t
+}
+
+// add starts the window's account of a tenant it does not track: its own,
+// or the overflow's once cfg.maxTenants unconfigured tenants are tracked.
+func (l *ledger) add(name string) *tenant {
+	w, configured := l.cfg.weights[name]
+	if !configured && l.cfg.maxTenants > 0 && l.named >= l.cfg.maxTenants {
+		if l.overflow == nil {
+			l.overflow = &tenant{name: Overflow, weight: l.cfg.defaultWeight}
+			l.weight += l.overflow.weight
+			l.active = append(l.active, l.overflow)
+		}
+		return l.overflow
+	}
+	if !configured {
+		w = l.cfg.defaultWeight
+		l.weight += w
+		l.named++
+	}
+	// The caller's name may be a substring of a larger string (a request's
+	// key): keep only the name.
+	t := &tenant{name: strings.Clone(name), weight: w, configured: configured}
+	l.tenants[t.name] = t
+	l.active = append(l.active, t)
+	return t
 }
 
 // commit admits an allowed decision of cost units for t.
@@ -169,7 +199,7 @@ func (l *ledger) shares() map[string]int64 {
 	}
 	lambda := l.level()
 	for _, o := range l.active {
-		m[o.name] = units(min(float64(o.asked()), o.weight*lambda))
+		m[o.name] += units(min(float64(o.asked()), o.weight*lambda))
 	}
 	return m
 }
@@ -178,7 +208,7 @@ func (l *ledger) shares() map[string]int64 {
 func (l *ledger) admitted() map[string]int64 {
 	m := make(map[string]int64, len(l.active))
 	for _, o := range l.active {
-		m[o.name] = o.used
+		m[o.name] += o.used
 	}
 	return m
 }
