@@ -49,6 +49,16 @@ import (
 //
 // Only windowed rules federate (gale.Rule.Windowed): a boundary is what
 // grants die at.
+//
+// A coordinator accepts any key the engine can produce, and gives each its
+// own budget and markers: any bytes, and lengths up to about 132 KiB (a
+// 256-byte domain, the rule's fingerprint and 16 descriptor entries of a
+// 256-byte key and an 8 KiB value, each length-prefixed: pkg/engine's
+// key.go and MaxValueBytes), far past what a database index holds
+// (PostgreSQL's btree takes about 2.7 kB). A backend that cannot store a
+// key whole stores a bounded form of it (a hash) that no other key shares;
+// a key is never refused for its length, which would fail a whole rule's
+// requests on one client's long value.
 type Coordinator interface {
 	// Lease takes between min and max units of key's budget under rule at
 	// now (the caller's clock; ignored by a coordinator on its own clock).

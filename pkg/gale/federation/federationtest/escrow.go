@@ -23,6 +23,7 @@ func RunEscrow(t *testing.T, newEscrow func(t *testing.T) federation.Escrow) {
 		{"ABalanceDiesAtItsWindowEndAndIsReleasedOnce", diesAndReleasesOnce},
 		{"JoinOnlyRefillNeverStartsABalance", joinOnly},
 		{"InvalidArguments", escrowArgs},
+		{"LongKeysHaveTheirOwnBalances", escrowLongKeys},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

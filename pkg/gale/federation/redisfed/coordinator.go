@@ -61,7 +61,8 @@ func (c *Coordinator) Close() error {
 // at the state's expiry — the window's end, where the granted units die (a
 // sliding window's one period later, as it counts into the next). now is
 // ignored under
-// ServerTime, and Grant.Now is Redis's time. It returns an error wrapping
+// ServerTime, and Grant.Now is Redis's time. Any key is accepted, however
+// long: Redis names take up to 512 MB. It returns an error wrapping
 // federation.ErrNotWindowed for GCRA and the token bucket, and otherwise the
 // store's errors.
 func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {

@@ -58,6 +58,10 @@
 // dies, late enough for a slow releaser to capture it, so memory follows
 // the live key set.
 //
+// Key names hold any key, however long (Redis takes names of up to 512
+// MB; the engine's reach about 132 KiB), so a long descriptor value costs
+// memory, never a refusal.
+//
 // # Clocks
 //
 // By default both read the now each call passes: deterministic tests on a

@@ -224,7 +224,18 @@ func (e *Escrow) failure(ctx context.Context, op, key string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
 		return cerr
 	}
-	return fmt.Errorf("redisfed: escrow %s %q: %w", op, key, err)
+	return fmt.Errorf("redisfed: escrow %s %s: %w", op, quoteKey(key), err)
+}
+
+// quoteKey is key quoted for an error message: whole up to 64 bytes, and a
+// longer one cut there and its length given, so that one request's long
+// key cannot fill a log.
+func quoteKey(key string) string {
+	const show = 64
+	if len(key) <= show {
+		return fmt.Sprintf("%q", key)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", key[:show], len(key))
 }
 
 // script is a Lua source and its SHA1 digest, the name EVALSHA calls it by.
