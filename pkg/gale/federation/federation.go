@@ -113,11 +113,20 @@ func (r Reconciled) String() string {
 	return fmt.Sprintf("Reconciled(%d)", uint8(r))
 }
 
-// ErrRefused is wrapped by a Coordinator's error when the coordinator
-// answered and refused the request itself (an argument it cannot store or
-// read), as opposed to not answering. Coordinators wrap it; a Region does
-// not count such an error as an outage: the coordinator is reachable, and
-// only this request failed.
+// ErrRefused is wrapped by a Coordinator's (or an Escrow's) error when the
+// server answered and refused this request itself — something about its
+// key or its stored state: a PostgreSQL data exception, integrity
+// constraint or program limit (SQLSTATE classes 22, 23, 54); a Redis
+// WRONGTYPE or CROSSSLOT reply, or an error raised while running the
+// operation's script — as opposed to not answering, or refusing every
+// request (a connection failure, a timeout, a server shutting down,
+// loading, read-only or out of memory, a serialization failure). The error
+// wraps the server's error too. A Region does not count such an error as
+// an outage: the coordinator is reachable, and only this request failed.
+//
+// Arguments a backend checks before any I/O (CheckRule, CheckReconcile,
+// ErrEscrowArgs, bad min and max) are the caller's bugs: their errors do
+// not wrap it, nor does ctx.Err().
 var ErrRefused = errors.New("federation: the coordinator refused the request")
 
 // ErrNotWindowed is returned for a rule without windows (GCRA, token

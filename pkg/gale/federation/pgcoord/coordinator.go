@@ -105,9 +105,11 @@ func (r budgetRow) at(now int64) gale.State {
 // the key's row lock. Any key is accepted: one too long for the index is
 // stored as its hash (storedKey). It returns ctx.Err() when ctx is done on
 // entry, the errors of federation.CheckRule and gale.CheckArgs for invalid
-// arguments, and the database's errors wrapped. After an error the units
-// may or may not have been taken (the commit's reply may be what was lost):
-// a failed lease can only lose capacity, never grant more than the limit.
+// arguments, and the database's errors wrapped, with federation.ErrRefused
+// as well when the database refused this request itself (refused). After an
+// error the units may or may not have been taken (the commit's reply may be
+// what was lost): a failed lease can only lose capacity, never grant more
+// than the limit.
 func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return gale.Grant{}, err
@@ -120,7 +122,7 @@ func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min
 	}
 	g, err := c.lease(ctx, key, rule, min, max, now.UnixMicro())
 	if err != nil {
-		return gale.Grant{}, fmt.Errorf("pgcoord: lease %s: %w", quoteKey(key), err)
+		return gale.Grant{}, failed("lease", key, err)
 	}
 	return g, nil
 }
@@ -198,7 +200,7 @@ func (c *Coordinator) Reconcile(ctx context.Context, key string, rule gale.Rule,
 	}
 	got, err := c.reconcile(ctx, key, rule, rec, we)
 	if err != nil {
-		return 0, fmt.Errorf("pgcoord: reconcile %s: %w", quoteKey(key), err)
+		return 0, failed("reconcile", key, err)
 	}
 	return got, nil
 }

@@ -55,6 +55,7 @@ func TestConformance(t *testing.T) {
 	federationtest.RunCoordinator(t, func(*testing.T) federation.Coordinator { return c })
 	t.Run("KeysHoldAnyBytes", func(t *testing.T) { testKeys(t, c) })
 	t.Run("StoredKeys", func(t *testing.T) { testStoredKeys(t, c, pool, pgcoord.DefaultTable) })
+	t.Run("Refusals", func(t *testing.T) { testRefusals(t, pool) })
 	t.Run("TableNames", func(t *testing.T) { testTableNames(t, pool) })
 	t.Run("RoundTrips", func(t *testing.T) { testRoundTrips(t, pg) })
 }
@@ -202,6 +203,8 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("lease on a killed server: %+v, want an error", g)
 	} else if !strings.HasPrefix(err.Error(), "pgcoord: lease ") {
 		t.Fatalf("error %q lacks its context", err)
+	} else if errors.Is(err, federation.ErrRefused) {
+		t.Fatalf("lease on a killed server: %v wraps ErrRefused: a dead server is an outage, not a refusal", err)
 	}
 	if d := time.Since(start); d > 5*time.Second+time.Second {
 		t.Fatalf("the failed lease took %v, beyond its 5 s deadline", d)
@@ -209,8 +212,8 @@ func TestRestart(t *testing.T) {
 	if err := c.Healthy(ctx); err == nil {
 		t.Fatal("Healthy on a killed server: nil")
 	}
-	if _, err := c.Reconcile(ctx, t.Name(), perMinute, federation.Reconcile{Leftover: 1, WindowEnd: t0.Add(time.Minute), Token: "eu", Now: t0}); err == nil {
-		t.Fatal("reconcile on a killed server: no error")
+	if _, err := c.Reconcile(ctx, t.Name(), perMinute, federation.Reconcile{Leftover: 1, WindowEnd: t0.Add(time.Minute), Token: "eu", Now: t0}); err == nil || errors.Is(err, federation.ErrRefused) {
+		t.Fatalf("reconcile on a killed server: %v, want an error that is not ErrRefused", err)
 	}
 
 	pg.Restart()

@@ -23,6 +23,16 @@
 // whole can equal a hash, so no two keys share a row (keys.go argues it).
 // The column is window_start, not window, which is a reserved word in SQL.
 //
+// # Errors
+//
+// An error the database answered for this request alone — SQLSTATE class
+// 22 (data exception), 23 (integrity constraint) or 54 (program limit) —
+// wraps federation.ErrRefused beside the server's error: the database is
+// reachable, and a region must not count it as an outage. A connection
+// failure, a timeout, a shutdown (57), a standby's read-only transaction
+// (25006), a serialization failure (40) or a lack of resources (53) does
+// not.
+//
 // # Why the limit holds
 //
 // A Lease is one transaction: it makes the key's row exist and takes its
