@@ -49,6 +49,16 @@ import (
 //
 // Only windowed rules federate (gale.Rule.Windowed): a boundary is what
 // grants die at.
+//
+// A coordinator accepts any key the engine can produce, and gives each its
+// own budget and markers: any bytes, and lengths up to about 132 KiB (a
+// 256-byte domain, the rule's fingerprint and 16 descriptor entries of a
+// 256-byte key and an 8 KiB value, each length-prefixed: pkg/engine's
+// key.go and MaxValueBytes), far past what a database index holds
+// (PostgreSQL's btree takes about 2.7 kB). A backend that cannot store a
+// key whole stores a bounded form of it (a hash) that no other key shares;
+// a key is never refused for its length, which would fail a whole rule's
+// requests on one client's long value.
 type Coordinator interface {
 	// Lease takes between min and max units of key's budget under rule at
 	// now (the caller's clock; ignored by a coordinator on its own clock).
@@ -103,11 +113,20 @@ func (r Reconciled) String() string {
 	return fmt.Sprintf("Reconciled(%d)", uint8(r))
 }
 
-// ErrRefused is wrapped by a Coordinator's error when the coordinator
-// answered and refused the request itself (an argument it cannot store or
-// read), as opposed to not answering. Coordinators wrap it; a Region does
-// not count such an error as an outage: the coordinator is reachable, and
-// only this request failed.
+// ErrRefused is wrapped by a Coordinator's (or an Escrow's) error when the
+// server answered and refused this request itself — something about its
+// key or its stored state: a PostgreSQL data exception, integrity
+// constraint or program limit (SQLSTATE classes 22, 23, 54); a Redis
+// WRONGTYPE or CROSSSLOT reply, or an error raised while running the
+// operation's script — as opposed to not answering, or refusing every
+// request (a connection failure, a timeout, a server shutting down,
+// loading, read-only or out of memory, a serialization failure). The error
+// wraps the server's error too. A Region does not count such an error as
+// an outage: the coordinator is reachable, and only this request failed.
+//
+// Arguments a backend checks before any I/O (CheckRule, CheckReconcile,
+// ErrEscrowArgs, bad min and max) are the caller's bugs: their errors do
+// not wrap it, nor does ctx.Err().
 var ErrRefused = errors.New("federation: the coordinator refused the request")
 
 // ErrNotWindowed is returned for a rule without windows (GCRA, token

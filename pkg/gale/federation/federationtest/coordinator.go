@@ -38,6 +38,7 @@ func RunCoordinator(t *testing.T, newCoord func(t *testing.T) federation.Coordin
 		{"ReconcileAfterTheWindowChangesNothing", reconcileAfterWindow},
 		{"SlidingWindowCountsThePreviousWindow", slidingWindow},
 		{"InvalidArguments", invalidArguments},
+		{"LongKeysHaveTheirOwnBudgets", longKeys},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,6 +24,7 @@ func RunEscrow(t *testing.T, newEscrow func(t *testing.T) federation.Escrow) {
 		{"JoinOnlyRefillNeverStartsABalance", joinOnly},
 		{"ABalanceLivesFromTheTakeBeforeItsLease", livesFromSince},
 		{"InvalidArguments", escrowArgs},
+		{"LongKeysHaveTheirOwnBalances", escrowLongKeys},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

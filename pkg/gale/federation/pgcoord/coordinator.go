@@ -102,11 +102,14 @@ func (r budgetRow) at(now int64) gale.State {
 
 // Lease takes between min and max units of key's budget under rule at now
 // (or at the database's clock, with ServerTime), in one transaction holding
-// the key's row lock. It returns ctx.Err() when ctx is done on entry, the
-// errors of federation.CheckRule and gale.CheckArgs for invalid arguments,
-// and the database's errors wrapped. After an error the units may or may not
-// have been taken (the commit's reply may be what was lost): a failed lease
-// can only lose capacity, never grant more than the limit.
+// the key's row lock. Any key is accepted: one too long for the index is
+// stored as its hash (storedKey). It returns ctx.Err() when ctx is done on
+// entry, the errors of federation.CheckRule and gale.CheckArgs for invalid
+// arguments, and the database's errors wrapped, with federation.ErrRefused
+// as well when the database refused this request itself (refused). After an
+// error the units may or may not have been taken (the commit's reply may be
+// what was lost): a failed lease can only lose capacity, never grant more
+// than the limit.
 func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return gale.Grant{}, err
@@ -119,7 +122,7 @@ func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min
 	}
 	g, err := c.lease(ctx, key, rule, min, max, now.UnixMicro())
 	if err != nil {
-		return gale.Grant{}, fmt.Errorf("pgcoord: lease %q: %w", key, err)
+		return gale.Grant{}, failed("lease", key, err)
 	}
 	return g, nil
 }
@@ -129,7 +132,7 @@ func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min
 // ROLLBACK, in the other. rule.Take runs between them, in Go, while the
 // transaction holds the row lock.
 func (c *Coordinator) lease(ctx context.Context, key string, rule gale.Rule, min, max, callers int64) (gale.Grant, error) {
-	k := []byte(key)
+	k := storedKey(key)
 	var row budgetRow
 	us := callers
 	conn, err := c.begin(ctx, func(b *pgx.Batch) {
@@ -197,7 +200,7 @@ func (c *Coordinator) Reconcile(ctx context.Context, key string, rule gale.Rule,
 	}
 	got, err := c.reconcile(ctx, key, rule, rec, we)
 	if err != nil {
-		return 0, fmt.Errorf("pgcoord: reconcile %q: %w", key, err)
+		return 0, failed("reconcile", key, err)
 	}
 	return got, nil
 }
@@ -206,7 +209,7 @@ func (c *Coordinator) Reconcile(ctx context.Context, key string, rule gale.Rule,
 // in one; the update (when the give-back changed the state) and COMMIT, or
 // ROLLBACK, in the other.
 func (c *Coordinator) reconcile(ctx context.Context, key string, rule gale.Rule, rec federation.Reconcile, we int64) (federation.Reconciled, error) {
-	k, token := []byte(key), []byte(rec.Token)
+	k, token := storedKey(key), []byte(rec.Token)
 	var (
 		row         budgetRow
 		us, marked  int64
@@ -310,9 +313,8 @@ func (c *Coordinator) end(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch,
 }
 
 // release returns conn to the pool, rolling back a transaction a failure
-// left open: the pool would otherwise close the connection, and a bad key
-// (one too long for the primary key's index, say) would cost one
-// connection per call.
+// left open: the pool would otherwise close the connection, and a refused
+// request would cost one connection per call.
 func (c *Coordinator) release(conn *pgxpool.Conn) {
 	pgtx.Release(conn)
 }

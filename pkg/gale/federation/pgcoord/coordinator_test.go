@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +54,8 @@ func TestConformance(t *testing.T) {
 	c := newCoordinator(t, pool, pgcoord.Options{})
 	federationtest.RunCoordinator(t, func(*testing.T) federation.Coordinator { return c })
 	t.Run("KeysHoldAnyBytes", func(t *testing.T) { testKeys(t, c) })
+	t.Run("StoredKeys", func(t *testing.T) { testStoredKeys(t, c, pool, pgcoord.DefaultTable) })
+	t.Run("Refusals", func(t *testing.T) { testRefusals(t, pool) })
 	t.Run("TableNames", func(t *testing.T) { testTableNames(t, pool) })
 	t.Run("RoundTrips", func(t *testing.T) { testRoundTrips(t, pg) })
 }
@@ -202,6 +203,8 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("lease on a killed server: %+v, want an error", g)
 	} else if !strings.HasPrefix(err.Error(), "pgcoord: lease ") {
 		t.Fatalf("error %q lacks its context", err)
+	} else if errors.Is(err, federation.ErrRefused) {
+		t.Fatalf("lease on a killed server: %v wraps ErrRefused: a dead server is an outage, not a refusal", err)
 	}
 	if d := time.Since(start); d > 5*time.Second+time.Second {
 		t.Fatalf("the failed lease took %v, beyond its 5 s deadline", d)
@@ -209,8 +212,8 @@ func TestRestart(t *testing.T) {
 	if err := c.Healthy(ctx); err == nil {
 		t.Fatal("Healthy on a killed server: nil")
 	}
-	if _, err := c.Reconcile(ctx, t.Name(), perMinute, federation.Reconcile{Leftover: 1, WindowEnd: t0.Add(time.Minute), Token: "eu", Now: t0}); err == nil {
-		t.Fatal("reconcile on a killed server: no error")
+	if _, err := c.Reconcile(ctx, t.Name(), perMinute, federation.Reconcile{Leftover: 1, WindowEnd: t0.Add(time.Minute), Token: "eu", Now: t0}); err == nil || errors.Is(err, federation.ErrRefused) {
+		t.Fatalf("reconcile on a killed server: %v, want an error that is not ErrRefused", err)
 	}
 
 	pg.Restart()
@@ -244,19 +247,6 @@ func testKeys(t *testing.T, c *pgcoord.Coordinator) {
 		if g, err := c.Lease(ctx, key, perMinute, 1, 10, t0); err != nil || g.Granted != int64(i+1) {
 			t.Fatalf("key %d %q: %+v, %v; want what its reconcile gave back, %d", i, key, g, err, i+1)
 		}
-	}
-	// A key too long for the primary key's index is an error; the
-	// connection it failed on serves the next lease.
-	long := make([]byte, 10000) // random: incompressible
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range long {
-		long[i] = byte(rng.Uint32())
-	}
-	if _, err := c.Lease(ctx, string(long), perMinute, 1, 1, t0); err == nil || !strings.HasPrefix(err.Error(), "pgcoord: lease ") {
-		t.Fatalf("lease of a 10 kB key: %v, want a pgcoord error", err)
-	}
-	if g, err := c.Lease(ctx, t.Name(), perMinute, 1, 1, t0); err != nil || g.Granted != 1 {
-		t.Fatalf("lease after a failed one: %+v, %v", g, err)
 	}
 }
 

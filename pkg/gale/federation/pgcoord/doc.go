@@ -16,9 +16,22 @@
 //	                    PRIMARY KEY (key, window_end, token)
 //
 // Keys and tokens are bytea, not text: a Go string holds any bytes, and
-// text refuses NUL and invalid UTF-8. A key must fit the primary key's
-// index (about 2.7 kB); a longer one is an error, not a panic. The column
-// is window_start, not window, which is a reserved word in SQL.
+// text refuses NUL and invalid UTF-8. The key column holds a key as it is
+// up to MaxStoredKey bytes, and a longer one (or one starting with the byte
+// 0xFF) as 0xFF and its SHA-256: the primary key's index refuses entries
+// over about 2.7 kB, and a descriptor value alone may be 8 KiB. No key kept
+// whole can equal a hash, so no two keys share a row (keys.go argues it).
+// The column is window_start, not window, which is a reserved word in SQL.
+//
+// # Errors
+//
+// An error the database answered for this request alone — SQLSTATE class
+// 22 (data exception), 23 (integrity constraint) or 54 (program limit) —
+// wraps federation.ErrRefused beside the server's error: the database is
+// reachable, and a region must not count it as an outage. A connection
+// failure, a timeout, a shutdown (57), a standby's read-only transaction
+// (25006), a serialization failure (40) or a lack of resources (53) does
+// not.
 //
 // # Why the limit holds
 //

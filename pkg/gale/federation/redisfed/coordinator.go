@@ -61,9 +61,12 @@ func (c *Coordinator) Close() error {
 // at the state's expiry — the window's end, where the granted units die (a
 // sliding window's one period later, as it counts into the next). now is
 // ignored under
-// ServerTime, and Grant.Now is Redis's time. It returns an error wrapping
+// ServerTime, and Grant.Now is Redis's time. Any key is accepted, however
+// long: Redis names take up to 512 MB. It returns an error wrapping
 // federation.ErrNotWindowed for GCRA and the token bucket, and otherwise the
-// store's errors.
+// store's errors, wrapping federation.ErrRefused as well when Redis refused
+// this request itself (WRONGTYPE, CROSSSLOT, an error in the script: see
+// refusedReply).
 func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return gale.Grant{}, err
@@ -71,7 +74,8 @@ func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min
 	if err := federation.CheckRule(rule); err != nil {
 		return gale.Grant{}, err
 	}
-	return c.store.Lease(ctx, key, rule, min, max, now)
+	g, err := c.store.Lease(ctx, key, rule, min, max, now)
+	return g, refusal(err)
 }
 
 // Reconcile gives rec.Leftover units back to the window ending at
@@ -80,7 +84,7 @@ func (c *Coordinator) Lease(ctx context.Context, key string, rule gale.Rule, min
 // Expired when the window has ended (on rec.Now, or Redis's time under
 // ServerTime), and otherwise Applied, the marker set to lapse at the
 // window's end. It returns federation.ErrToken, federation.ErrNotWindowed
-// and the store's errors.
+// and the store's errors, wrapping federation.ErrRefused as Lease's do.
 func (c *Coordinator) Reconcile(ctx context.Context, key string, rule gale.Rule, rec federation.Reconcile) (federation.Reconciled, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -90,7 +94,7 @@ func (c *Coordinator) Reconcile(ctx context.Context, key string, rule gale.Rule,
 	}
 	res, err := c.store.ReturnOnce(ctx, key, rule, rec.Leftover, rec.WindowEnd, rec.Token, rec.Now)
 	if err != nil {
-		return 0, err
+		return 0, refusal(err)
 	}
 	switch res {
 	case redisstore.ReturnApplied:

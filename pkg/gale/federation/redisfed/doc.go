@@ -58,6 +58,19 @@
 // dies, late enough for a slow releaser to capture it, so memory follows
 // the live key set.
 //
+// Key names hold any key, however long (Redis takes names of up to 512
+// MB; the engine's reach about 132 KiB), so a long descriptor value costs
+// memory, never a refusal.
+//
+// # Errors
+//
+// A reply refusing one request for its key's stored value — WRONGTYPE (the
+// name holds another type), CROSSSLOT, or an error raised while running the
+// script (a malformed state) — wraps federation.ErrRefused beside Redis's
+// reply: Redis is reachable, and a region must not count it as an outage.
+// A network error, a timeout, or a reply refusing every request (LOADING,
+// READONLY, CLUSTERDOWN, MASTERDOWN, TRYAGAIN, BUSY, OOM, ...) does not.
+//
 // # Clocks
 //
 // By default both read the now each call passes: deterministic tests on a

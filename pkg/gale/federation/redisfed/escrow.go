@@ -88,7 +88,9 @@ const maxMicros = 1 << 53
 // balance with units is named in Held.Dead for the caller to Release. It
 // returns ctx.Err() when ctx ends first (the take may still be applied),
 // federation.ErrEscrowArgs, redisstore.ErrTimeRange for a now outside
-// 1970..2255, and otherwise an error naming the operation and key.
+// 1970..2255, and otherwise an error naming the operation and key, which
+// wraps federation.ErrRefused as well when Redis refused this request
+// itself (a key holding another type, a malformed balance: refusedReply).
 func (e *Escrow) Take(ctx context.Context, key string, min, max int64, now time.Time) (federation.Held, error) {
 	if err := ctx.Err(); err != nil {
 		return federation.Held{}, err
@@ -230,12 +232,24 @@ func (e *Escrow) run(ctx context.Context, s *script, op, key string, args ...any
 }
 
 // failure is the error an operation ended with: ctx.Err() when the
-// caller's context ended, else err naming the operation and key.
+// caller's context ended, else err naming the operation and key, and
+// wrapping federation.ErrRefused when Redis refused the request (refusal).
 func (e *Escrow) failure(ctx context.Context, op, key string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
 		return cerr
 	}
-	return fmt.Errorf("redisfed: escrow %s %q: %w", op, key, err)
+	return refusal(fmt.Errorf("redisfed: escrow %s %s: %w", op, quoteKey(key), err))
+}
+
+// quoteKey is key quoted for an error message: whole up to 64 bytes, and a
+// longer one cut there and its length given, so that one request's long
+// key cannot fill a log.
+func quoteKey(key string) string {
+	const show = 64
+	if len(key) <= show {
+		return fmt.Sprintf("%q", key)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", key[:show], len(key))
 }
 
 // script is a Lua source and its SHA1 digest, the name EVALSHA calls it by.
