@@ -17,6 +17,7 @@ var (
 	descFleetCeiling = prometheus.NewDesc("throttlekit_gate_fleet_ceiling", "What this sidecar admits up to now: min(its share or outage share, its local limit); 0 while fenced.", []string{"gate"}, nil)
 	descFleetLive    = prometheus.NewDesc("throttlekit_gate_fleet_sidecars", "Live sidecars of the gate's fleet, this one included, as of the latest grant.", []string{"gate"}, nil)
 	descFleetFenced  = prometheus.NewDesc("throttlekit_gate_fleet_fenced", "1 while this sidecar has fenced itself (its lease is about to end unrenewed) and admits nothing.", []string{"gate"}, nil)
+	descFleetDup     = prometheus.NewDesc("throttlekit_gate_fleet_duplicate", "1 while the coordinator refuses this sidecar's node as a duplicate: another live sidecar has this --node-id, and this one is left out of the fleet (not ready).", []string{"gate"}, nil)
 	descFleetGenLag  = prometheus.NewDesc("throttlekit_gate_fleet_generation_lag", "Grant generations the coordinator issued to this sidecar that it has not yet seen applied: 1 in steady state, more while replies are lost or late.", []string{"gate"}, nil)
 	descFleetTrips   = prometheus.NewDesc("throttlekit_gate_fleet_coordinator_round_trips_total", "Heartbeats this sidecar's node sent that returned, either way (counts restart when the gate is rebuilt).", []string{"gate"}, nil)
 	descFleetErrors  = prometheus.NewDesc("throttlekit_gate_fleet_coordinator_errors_total", "Heartbeats that failed, by reason: duplicate (another live sidecar has this --node-id) or error.", []string{"gate", "reason"}, nil)
@@ -31,7 +32,7 @@ type fleetCollector struct {
 
 func (fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descFleetLocal, descFleetGlobal, descFleetShare, descFleetCeiling, descFleetLive,
-		descFleetFenced, descFleetGenLag, descFleetTrips, descFleetErrors, descFleetFences} {
+		descFleetFenced, descFleetDup, descFleetGenLag, descFleetTrips, descFleetErrors, descFleetFences} {
 		ch <- d
 	}
 }
@@ -44,9 +45,12 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		counter := func(d *prometheus.Desc, v int64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{s.Gate}, labels...)...)
 		}
-		fenced := 0.0
+		fenced, dup := 0.0, 0.0
 		if s.Fenced {
 			fenced = 1
+		}
+		if s.Duplicate {
+			dup = 1
 		}
 		gauge(descFleetLocal, float64(s.Local))
 		gauge(descFleetGlobal, float64(s.Global))
@@ -54,6 +58,7 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descFleetCeiling, float64(s.Ceiling))
 		gauge(descFleetLive, float64(s.Live))
 		gauge(descFleetFenced, fenced)
+		gauge(descFleetDup, dup)
 		gauge(descFleetGenLag, float64(s.GenLag))
 		counter(descFleetTrips, s.RoundTrips)
 		counter(descFleetErrors, s.Duplicates, "duplicate")

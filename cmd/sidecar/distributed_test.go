@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
+	"github.com/throttlekit/throttlekit/pkg/adaptive/distributed"
+	"github.com/throttlekit/throttlekit/pkg/adaptive/distributed/rediscoord"
 )
 
 const fleetPolicy = `
@@ -106,5 +111,107 @@ func TestServeDistributedGate(t *testing.T) {
 	lone := startServeWith(t, fleetPolicy, []string{"--node-id", "c"}, nil)
 	if lone.grpcAddr != "" || !strings.Contains(lone.stderr.String(), "coordinator: redis needs serve --store redis --redis-url") {
 		t.Fatalf("a sidecar without Redis: served %q; log:\n%s", lone.grpcAddr, lone.stderr.String())
+	}
+}
+
+// TestServeDuplicateNodeIDNotReady: a second sidecar started with a live
+// one's --node-id is refused by the coordinator and admits nothing of the
+// fleet's; its /readyz says so, naming the gate and the fix, and
+// throttlekit_gate_fleet_duplicate is 1; the first stays ready at 0.
+func TestServeDuplicateNodeIDNotReady(t *testing.T) {
+	rdb := testenv.StartRedis(t)
+	args := []string{"--store", "redis", "--redis-url", "redis://" + rdb.Addr + "/0", "--node-id", "a"}
+	first := startServeWith(t, fleetPolicy, args, nil)
+	if first.grpcAddr == "" {
+		t.Fatalf("the first sidecar did not serve:\n%s", first.stderr.String())
+	}
+	if !testenv.Eventually(func() bool { return first.fleetGauge(t, "throttlekit_gate_fleet_ceiling") == 10 }) {
+		t.Fatalf("the first sidecar's ceiling %v, want 10 alone", first.fleetGauge(t, "throttlekit_gate_fleet_ceiling"))
+	}
+	second := startServeWith(t, fleetPolicy, args, nil)
+	if second.grpcAddr == "" {
+		t.Fatalf("the second sidecar did not serve:\n%s", second.stderr.String())
+	}
+	if !testenv.Eventually(func() bool { code, _ := second.get(t, "/readyz"); return code == http.StatusServiceUnavailable }) {
+		code, body := second.get(t, "/readyz")
+		t.Fatalf("the duplicate's /readyz: %d %q, want 503; log:\n%s", code, body, second.stderr.String())
+	}
+	if _, body := second.get(t, "/readyz"); !strings.Contains(body, "backend") || !strings.Contains(body, "give each sidecar its own --node-id") {
+		t.Fatalf("the duplicate's /readyz says %q: want the gate and the fix", body)
+	}
+	if got := second.fleetGauge(t, "throttlekit_gate_fleet_duplicate"); got != 1 {
+		t.Fatalf("the duplicate's throttlekit_gate_fleet_duplicate %v, want 1", got)
+	}
+	if code, body := first.get(t, "/readyz"); code != http.StatusOK {
+		t.Fatalf("the first sidecar's /readyz: %d %q, want 200", code, body)
+	}
+	if got := first.fleetGauge(t, "throttlekit_gate_fleet_duplicate"); got != 0 {
+		t.Fatalf("the first sidecar's throttlekit_gate_fleet_duplicate %v, want 0", got)
+	}
+}
+
+// TestServeReloadKeepsTheGateInItsFleet: editing a distributed gate's
+// policy file while serving keeps the sidecar's record in Redis (the same
+// instance beats on, its seq growing) and the gate ready: no heartbeat is
+// refused as another live sidecar with this --node-id. Dropping the gate
+// takes the record out of Redis.
+func TestServeReloadKeepsTheGateInItsFleet(t *testing.T) {
+	rdb := testenv.StartRedis(t)
+	coord, err := rediscoord.New(rdb.Client(), rediscoord.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "t.yaml")
+	if err := os.WriteFile(file, []byte(fleetPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := runServe(t, []string{"serve", "--policy", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
+		"--drain-timeout", "2s", "--reload-debounce", "10ms", "--store", "redis", "--redis-url", rdb.URL(), "--node-id", "a"}, func(string) string { return "" })
+	if s.grpcAddr == "" {
+		t.Fatalf("serve did not start:\n%s", s.stderr.String())
+	}
+	record := func() distributed.Record {
+		recs, err := coord.Records(context.Background(), "backend")
+		if err != nil || len(recs) != 1 {
+			return distributed.Record{}
+		}
+		return recs[0]
+	}
+	if !testenv.Eventually(func() bool { return record().Seq >= 2 }) {
+		t.Fatalf("no record beating in Redis: %+v", record())
+	}
+	before := record()
+
+	edited := strings.Replace(fleetPolicy, "min_limit: 10", "min_limit: 5", 1)
+	if err := os.WriteFile(file, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !testenv.Eventually(func() bool { return len(logRecords(t, s.stderr.String(), "policy loaded")) == 2 }) {
+		t.Fatalf("the edit was not reloaded:\n%s", s.stderr.String())
+	}
+	// Five heartbeats after the reload, more than the lease (two).
+	var after distributed.Record
+	if !testenv.Eventually(func() bool { after = record(); return after.Instance != before.Instance || after.Seq >= before.Seq+5 }) {
+		t.Fatalf("the record after the edit: %+v (before %+v)", after, before)
+	}
+	if after.Instance != before.Instance {
+		t.Fatalf("the edit put another instance's record in Redis: %+v, was %+v", after, before)
+	}
+	if strings.Contains(s.stderr.String(), "another live sidecar has this --node-id") {
+		t.Fatalf("a heartbeat after the edit was refused as a duplicate:\n%s", s.stderr.String())
+	}
+	if code, body := s.get(t, "/readyz"); code != http.StatusOK || s.fleetGauge(t, "throttlekit_gate_fleet_ceiling") != 10 {
+		t.Fatalf("after the edit: /readyz %d %q, ceiling %v; want ready at 10", code, body, s.fleetGauge(t, "throttlekit_gate_fleet_ceiling"))
+	}
+
+	if err := os.WriteFile(file, []byte(strings.Replace(edited, "distributed:", "# distributed:", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !testenv.Eventually(func() bool { return len(logRecords(t, s.stderr.String(), "policy loaded")) == 3 }) {
+		t.Fatalf("the dropped gate was not reloaded:\n%s", s.stderr.String())
+	}
+	if recs, err := coord.Records(context.Background(), "backend"); err != nil || len(recs) != 0 {
+		t.Fatalf("records %+v, %v once the gate is local, want none", recs, err)
 	}
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,6 +27,10 @@ func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, pin
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if e.Policy().Hash == "" {
 			http.Error(w, "not ready: no policy loaded", http.StatusServiceUnavailable)
+			return
+		}
+		if err := fleetReady(e, time.Now()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		if ping != nil {
@@ -49,6 +55,24 @@ func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, pin
 	})
 	mux.Handle("/json", envoyrls.JSONHandler(rls))
 	return mux
+}
+
+// fleetReady is an error naming each distributed gate whose node the
+// coordinator refuses as a duplicate at now: that gate admits nothing of
+// the fleet's until the sidecar has a --node-id of its own.
+func fleetReady(e *engine.Engine, now time.Time) error {
+	var dup []string
+	id := ""
+	for _, s := range e.NodeStats(now) {
+		if s.Duplicate {
+			dup, id = append(dup, s.Gate), s.Node
+		}
+	}
+	if len(dup) == 0 {
+		return nil
+	}
+	return fmt.Errorf("distributed gate %s: the coordinator refuses this sidecar as a duplicate: another live sidecar has --node-id %q; give each sidecar its own --node-id",
+		strings.Join(dup, ", "), id)
 }
 
 // metricsHandler serves m's registry in Prometheus's exposition format.

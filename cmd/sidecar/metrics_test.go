@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
 )
 
 // alertsFile holds the Prometheus alert rules shipped with throttlekit.
@@ -104,7 +106,8 @@ func isCounter(name string) bool {
 // rate() see its first change. A counter created by its first increment
 // is invisible to them: increase(x{result="failure"}[15m]) stays empty after
 // the first failed reload. And a healthy memory-store sidecar says its store
-// is up, or ThrottlekitStoreDown fires.
+// is up, or ThrottlekitStoreDown fires. The series of distributed gates
+// (throttlekit_gate_fleet_*) are read from a sidecar with one, over Redis.
 func TestAlertSeriesExistAtStart(t *testing.T) {
 	sels := alertSelectors(t)
 	s := startServe(t, nil, nil) // memory store; testPolicy has one gate
@@ -112,9 +115,21 @@ func TestAlertSeriesExistAtStart(t *testing.T) {
 		t.Fatalf("serve did not start (exit %d)", s.code)
 	}
 	series := s.scrape(t)
+	var fleetSeries []metric
 	for _, sel := range sels {
+		from := series
+		if strings.HasPrefix(sel.name, "throttlekit_gate_fleet_") {
+			if fleetSeries == nil {
+				f := startServeWith(t, fleetPolicy, []string{"--store", "redis", "--redis-url", testenv.StartRedis(t).URL(), "--node-id", "a"}, nil)
+				if f.httpAddr == "" {
+					t.Fatalf("serve with a distributed gate did not start (exit %d)", f.code)
+				}
+				fleetSeries = f.scrape(t)
+			}
+			from = fleetSeries
+		}
 		n := 0
-		for _, m := range series {
+		for _, m := range from {
 			if m.name != sel.name || !matchesAll(m.labels, sel.matchers) {
 				continue
 			}

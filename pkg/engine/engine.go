@@ -44,8 +44,11 @@ type Options struct {
 	// Distributed makes the node of a distributed gate (a gate with a
 	// distributed block) around the gate the engine built; nil refuses
 	// distributed gates at load. The engine runs the node's heartbeats
-	// (Node.Run) while the gate is in use and stops them when a reload
-	// drops or changes the gate, or the engine closes.
+	// (Node.Run) while the gate is in use. When a reload changes the gate,
+	// the new node takes the old one over (Node.TakeOver: one record at
+	// the coordinator, no pause in admissions); when it drops the gate, the
+	// node drains and leaves its fleet (nodes.go); so does every node when
+	// the engine closes.
 	Distributed func(spec *policy.Gate, gate *adaptive.Gate) (*distributed.Node, error)
 	// MessageTimeout is Envoy's ext_proc message_timeout: gates' queue
 	// timeouts must stay below it (0: DefaultMessageTimeout, Envoy's 200ms).
@@ -81,6 +84,7 @@ type Engine struct {
 	loadMu    sync.Mutex // serialises Load and Close
 	closed    bool       // guarded by loadMu
 	handover  handover   // retired policies' limiters, closed once unused
+	drains    drains     // dropped distributed gates' nodes, left once unused
 	overrides overrides
 
 	statsMu sync.Mutex
@@ -98,6 +102,7 @@ func New(opts Options) (*Engine, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{opts: opts, store: opts.Store, bg: context.Background(), log: log, stats: map[RuleRef]*ruleStats{}}
+	e.drains.ctx, e.drains.cancel = context.WithCancel(context.Background())
 	e.cur.Store(e.newCompiled(&policy.Set{}, 0))
 	return e, nil
 }
@@ -114,7 +119,11 @@ func (e *Engine) Check(set *policy.Set) error {
 // that are unchanged keep their state; those of rules that changed or
 // vanished are closed, returning their leased credits, once no request uses
 // them: before Load returns when no request is in flight, else when the
-// last request that could use them has finished (see handover.go).
+// last request that could use them has finished (see handover.go). A
+// distributed gate that changed keeps its place in its fleet (the new
+// node takes the old one over); one that vanished leaves its fleet once
+// its requests have ended, before Load returns when none is in flight
+// (nodes.go).
 func (e *Engine) Load(ctx context.Context, set *policy.Set) error {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
@@ -126,8 +135,10 @@ func (e *Engine) Load(ctx context.Context, set *policy.Set) error {
 	if err != nil {
 		return err
 	}
+	taken := e.takeOver(ctx, c, prev)
 	e.cur.Store(c)
-	startNodes(c, prev)
+	startNodes(c)
+	e.retireNodes(ctx, c, prev, taken)
 	limiters := make([]*gale.Limiter, 0, len(retired))
 	for _, l := range retired {
 		limiters = append(limiters, l)
@@ -141,9 +152,10 @@ func (e *Engine) Load(ctx context.Context, set *policy.Set) error {
 // Policy returns the policy set in use.
 func (e *Engine) Policy() *policy.Set { return e.cur.Load().set }
 
-// Close closes every limiter, returning leased credits. The engine answers
-// no request afterwards; requests still in flight may fail with
-// gale.ErrClosed.
+// Close closes every limiter, returning leased credits, and takes every
+// distributed gate's node out of its fleet (but those with requests still
+// in flight: their leases end on their own). The engine answers no request
+// afterwards; requests still in flight may fail with gale.ErrClosed.
 func (e *Engine) Close(ctx context.Context) error {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
@@ -153,9 +165,8 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.closed = true
 	c := e.cur.Load()
 	c.users.Add(-retiredBias) // acquire fails from now on
-	startNodes(nil, c)
 	var errs []error
-	if err := leaveNodes(ctx, c); err != nil {
+	if err := e.leaveNodes(ctx, c); err != nil {
 		errs = append(errs, err)
 	}
 	if err := closeLimiters(ctx, e.handover.closeAll()); err != nil {

@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,68 +25,6 @@ type gateRule struct {
 	run      *nodeRun // a distributed gate's node; nil for a local gate
 	identity string
 	auth     []string // Authority split on '*', nil when the gate matches any authority
-}
-
-// nodeRun is a distributed gate's node and its heartbeats, carried across
-// reloads with the gate. stop is nil until Load starts it; both fields are
-// touched only with Engine.loadMu held.
-type nodeRun struct {
-	node *distributed.Node
-	stop context.CancelFunc
-	done chan struct{} // closed when Run has returned
-}
-
-// startNodes starts the heartbeats of next's distributed gates that do not
-// run yet and stops those of prev's that next no longer has (next nil:
-// all of prev's).
-func startNodes(next, prev *compiled) {
-	keep := map[*nodeRun]bool{}
-	if next != nil {
-		for _, g := range next.gates {
-			if g.run == nil {
-				continue
-			}
-			keep[g.run] = true
-			if g.run.stop == nil {
-				ctx, cancel := context.WithCancel(context.Background())
-				g.run.stop, g.run.done = cancel, make(chan struct{})
-				go func(r *nodeRun) {
-					defer close(r.done)
-					_ = r.node.Run(ctx)
-				}(g.run)
-			}
-		}
-	}
-	if prev != nil {
-		for _, g := range prev.gates {
-			if g.run != nil && !keep[g.run] && g.run.stop != nil {
-				g.run.stop()
-			}
-		}
-	}
-}
-
-// leaveNodes takes c's distributed gates out of their fleets once their
-// heartbeats have stopped (startNodes(nil, c)): each node's record goes at
-// once, so the other sidecars take its share at their next beats rather
-// than when its lease ends. A node with requests still in flight stays
-// (its lease reserves them and ends on its own); that is not an error.
-func leaveNodes(ctx context.Context, c *compiled) error {
-	var errs []error
-	for _, g := range c.gates {
-		if g.run == nil || g.run.done == nil {
-			continue
-		}
-		select {
-		case <-g.run.done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if _, err := g.run.node.Leave(ctx); err != nil && !errors.Is(err, distributed.ErrInFlight) {
-			errs = append(errs, fmt.Errorf("gate %s: %w", g.spec.Name, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // GateChoice is the gate a request goes through and what a rejection says.
@@ -248,7 +185,7 @@ func (e *Engine) compileGates(set *policy.Set, prev *compiled, build bool) ([]*g
 					errs = append(errs, &policy.Error{Pos: spec.Pos, Field: cmp.Or(spec.Field, "concurrency") + ".distributed", Msg: err.Error()})
 					continue
 				}
-				g.run = &nodeRun{node: node}
+				g.run = &nodeRun{name: spec.Name, node: node}
 			}
 		}
 		out = append(out, g)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,10 @@ const (
 	// ModeLeft: the node left the fleet (Leave): it admits nothing and
 	// beats no more.
 	ModeLeft
+	// ModeDraining: the node's gate is going out of use (Drain): it admits
+	// nothing, and beats on so that its record reserves the requests still
+	// in flight, until it leaves.
+	ModeDraining
 )
 
 func (m Mode) String() string {
@@ -88,6 +93,8 @@ func (m Mode) String() string {
 		return "fenced"
 	case ModeLeft:
 		return "left"
+	case ModeDraining:
+		return "draining"
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
@@ -135,7 +142,9 @@ type NodeConfig struct {
 	OnFenced func()
 	// OnDuplicate, if set, is called with the error of each heartbeat the
 	// coordinator refused with ErrDuplicateNode. A restarted process sees it
-	// until its previous incarnation's record expires (≤ LeaseTTL).
+	// until its previous incarnation's record expires (≤ LeaseTTL); a node
+	// that replaces another in the same process does not, if it takes the
+	// other over (TakeOver).
 	OnDuplicate func(error)
 	// Outage is what the node admits without a live grant.
 	Outage OutagePolicy
@@ -161,18 +170,18 @@ type NodeConfig struct {
 // gate can never refuse what the share allows, and no second count of
 // requests in flight exists to drift from the gate's.
 type Node struct {
-	id, instance, key string
-	gate              *adaptive.Gate
-	coord             Coordinator
-	fleet             Config
-	heartbeat         time.Duration
-	debounce          time.Duration
-	selfFence         bool
-	margin            time.Duration
-	outage            OutagePolicy
-	onFenced          func()
-	onDuplicate       func(error)
-	clk               clock.Clock
+	id, key     string
+	gate        *adaptive.Gate
+	coord       Coordinator
+	fleet       Config
+	heartbeat   time.Duration
+	debounce    time.Duration
+	selfFence   bool
+	margin      time.Duration
+	outage      OutagePolicy
+	onFenced    func()
+	onDuplicate func(error)
+	clk         clock.Clock
 	// eager holds a pending eager-beat signal for Run; nil without eager
 	// beats. Signalling never blocks: a full channel already asks.
 	eager chan struct{}
@@ -180,8 +189,26 @@ type Node struct {
 	// that a grant lowered, with eager beats on; Release reads it without
 	// the lock and, when set, checks whether in flight has drained.
 	drainArmed atomic.Bool
+	// draining is set, with mu held, by Drain; Release reads it without the
+	// lock and, when set, checks whether in flight has drained.
+	draining atomic.Bool
+	// next is the node that took this one over (TakeOver), nil before: from
+	// then on this node forwards admissions and Stats to it and beats no
+	// more. Set once, with mu held; Release reads it without the lock.
+	next atomic.Pointer[Node]
 
 	mu sync.Mutex
+	// instance tells this incarnation's record from another process's:
+	// chosen by NewNode, or taken over with the record (TakeOver).
+	instance string
+	// priors are the gates of the nodes this one took over that may still
+	// have requests in flight: they count in the node's in flight, under
+	// its share, until they end. None of them admits any more.
+	priors []*adaptive.Gate
+	// drained is Drain's channel, nil before Drain; closed, and drainedShut
+	// set, once nothing is in flight or the node was taken over.
+	drained     chan struct{}
+	drainedShut bool
 	// seq is the latest Report.Seq issued. Invariant: it only grows.
 	seq uint64
 	// appliedGen is the generation of the grant in force, 0 before the
@@ -195,8 +222,10 @@ type Node struct {
 	// of its heartbeat plus the lease's remaining time at the coordinator.
 	leaseEnd time.Time
 	// okSeq and failSeq are the latest seqs answered and failed: an outage
-	// while failSeq > okSeq, whatever order the replies came in.
-	okSeq, failSeq uint64
+	// while failSeq > okSeq, whatever order the replies came in. dupSeq is
+	// the latest refused as a duplicate nodeId: refused while dupSeq >
+	// okSeq.
+	okSeq, failSeq, dupSeq uint64
 	// fenceFired says OnFenced was called for the current episode.
 	fenceFired bool
 	// left says Leave succeeded: the node admits nothing and beats no more.
@@ -286,8 +315,12 @@ func (c NodeConfig) validate(gate *adaptive.Gate) error {
 func (n *Node) ID() string { return n.id }
 
 // Instance returns the identity of this process's incarnation of the node,
-// chosen at random by NewNode.
-func (n *Node) Instance() string { return n.instance }
+// chosen at random by NewNode, or the predecessor's after TakeOver.
+func (n *Node) Instance() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.instance
+}
 
 // Lease is one request admitted by a Node: release it exactly once when the
 // request ends (further releases do nothing). It is a small value; the zero
@@ -298,15 +331,17 @@ type Lease struct {
 }
 
 // Release ends the request at now with outcome o, as adaptive.Lease.Release
-// does. It takes the node's lock only while a lowered share waits for in
-// flight to drain (eager beats on).
+// does. It takes the lock of the node that counts the request (the one
+// that admitted it, or the node that took that one over) only while a
+// lowered share waits for in flight to drain (eager beats on), or while the
+// node drains (Drain).
 func (l Lease) Release(now time.Time, o adaptive.Outcome) {
 	if l.n == nil {
 		return
 	}
 	l.l.Release(now, o)
-	if l.n.drainArmed.Load() {
-		l.n.checkDrained()
+	if n := l.n.latest(); n.drainArmed.Load() || n.draining.Load() {
+		n.checkDrained()
 	}
 }
 
@@ -314,11 +349,21 @@ func (l Lease) Release(now time.Time, o adaptive.Outcome) {
 // in flight: min(share, L_local) under a live grant, else what Mode says.
 // It never waits, and a rejection allocates nothing. The check is one
 // decision under the gate's lock: the gate never refuses a request the
-// share admits.
+// share admits. Requests still in flight through the gates of nodes this
+// one took over count toward the ceiling. A node taken over passes the
+// call on to its successor.
 func (n *Node) TryAcquire(now time.Time) (Lease, bool) {
 	n.mu.Lock()
+	if next := n.next.Load(); next != nil {
+		n.mu.Unlock()
+		return next.TryAcquire(now)
+	}
 	m := n.modeLocked(now)
 	c := n.shareOf(m)
+	if len(n.priors) > 0 {
+		// The priors admit no more: their count only falls meanwhile.
+		c = min(c, n.gate.Limit()) - n.priorInflightLocked()
+	}
 	gl, ok := n.gate.TryAcquireBelow(now, c)
 	fire := n.fenceLocked(m)
 	if !ok {
@@ -345,6 +390,8 @@ func (n *Node) modeLocked(now time.Time) Mode {
 	switch {
 	case n.left:
 		return ModeLeft
+	case n.draining.Load():
+		return ModeDraining
 	case n.appliedGen == 0:
 		return ModeWaiting
 	case n.selfFence && !now.Before(n.leaseEnd.Add(-n.margin)):
@@ -392,7 +439,7 @@ func (n *Node) fenceLocked(m Mode) bool {
 // trigger: the share is below the node's fair part of L_global and L_local
 // has room.
 func (n *Node) cappedLocked(local int) bool {
-	return n.live > 0 && n.share < n.global/n.live && n.gate.Inflight() < local
+	return n.live > 0 && n.share < n.global/n.live && n.inflightLocked() < local
 }
 
 // kickLocked asks Run for an eager beat, without waiting.
@@ -403,15 +450,17 @@ func (n *Node) kickLocked() {
 	}
 }
 
-// checkDrained is the second eager trigger: in flight has drained down to
-// a lowered share.
+// checkDrained is the second eager trigger, in flight has drained down to
+// a lowered share, and Drain's end, nothing in flight.
 func (n *Node) checkDrained() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.drainArmed.Load() && n.gate.Inflight() <= n.share {
+	in := n.inflightLocked()
+	if n.drainArmed.Load() && in <= n.share {
 		n.drainArmed.Store(false)
 		n.kickLocked()
 	}
+	n.shutDrainedLocked(in)
 }
 
 // Beat makes one heartbeat at now (the node's clock). It takes the report
@@ -425,16 +474,21 @@ func (n *Node) checkDrained() {
 // returns the coordinator's error, wrapped; the node then follows its
 // outage policy. A duplicate nodeId returns an error wrapping
 // ErrDuplicateNode, also passed to OnDuplicate on this goroutine, and
-// leaves the node as it was. After Leave, Beat returns ErrLeft and sends
-// nothing. Beats may overlap.
+// leaves the node as it was. After Leave, or once another node took this
+// one over, Beat returns ErrLeft and sends nothing. Beats may overlap.
+//
+// The report's in flight includes the requests still in flight through the
+// gates of the nodes this one took over (TakeOver); those that have drained
+// are forgotten.
 func (n *Node) Beat(ctx context.Context, now time.Time) (Grant, error) {
 	n.mu.Lock()
-	if n.left {
+	if n.left || n.next.Load() != nil {
 		n.mu.Unlock()
 		return Grant{}, ErrLeft
 	}
 	n.seq++
-	inflight, local := n.gate.Inflight(), n.gate.Limit()
+	n.priors = slices.DeleteFunc(n.priors, func(g *adaptive.Gate) bool { return g.Inflight() == 0 })
+	inflight, local := n.inflightLocked(), n.gate.Limit()
 	rep := Report{Node: n.id, Instance: n.instance, Seq: n.seq, Local: local, Inflight: inflight,
 		AppliedGen: n.appliedGen, Demand: min(local, inflight+n.refusedSince)}
 	n.refusedSince = 0
@@ -449,6 +503,7 @@ func (n *Node) Beat(ctx context.Context, now time.Time) (Grant, error) {
 		dup := errors.Is(err, ErrDuplicateNode)
 		if dup {
 			n.n.duplicates++ // not an outage: the node keeps its state
+			n.dupSeq = max(n.dupSeq, rep.Seq)
 		} else {
 			n.failSeq = max(n.failSeq, rep.Seq)
 		}
@@ -491,7 +546,7 @@ func (n *Node) applyLocked(g Grant, sent time.Time) {
 			n.kickLocked()
 		}
 		// Over a changed share, in flight can only be draining to it.
-		n.drainArmed.Store(n.gate.Inflight() > n.share)
+		n.drainArmed.Store(n.inflightLocked() > n.share)
 	}
 }
 
@@ -609,13 +664,19 @@ type Stats struct {
 	Node, Instance string
 	Mode           Mode
 	Fenced         bool // Mode == ModeFenced
+	// Duplicate says the coordinator refused the latest heartbeat it
+	// answered as a duplicate nodeId (ErrDuplicateNode): another live
+	// process has this Node, and this one is left out of the fleet.
+	Duplicate bool
 	// Local is L_local, the gate's limit; Global L_global and Live the
 	// fleet size, as of the latest grant applied (0 before the first).
 	Local, Global, Live int
 	// Share is the latest grant's share; Ceiling what the node admits up
 	// to now, min(the share its Mode gives, Local).
 	Share, Ceiling int
-	Inflight       int
+	// Inflight counts the node's requests in flight, those of the gates
+	// of nodes it took over included.
+	Inflight int
 	// LeaseEnd is the grant's lease end on the node's clock; zero before
 	// the first grant.
 	LeaseEnd time.Time
@@ -635,56 +696,22 @@ type Stats struct {
 	Refused    int64 // requests refused by the share while L_local had room
 }
 
-// ErrLeft is Beat's error after Leave.
-var ErrLeft = errors.New("distributed: the node has left the fleet")
-
-// ErrInFlight is wrapped by Leave's error when requests are still in
-// flight.
-var ErrInFlight = errors.New("distributed: cannot leave with requests in flight")
-
-// Leave takes the node out of its fleet for good, for a process that is
-// shutting down: from now on it admits nothing and beats no more, and when
-// its coordinator is a Leaver its record is removed at once, so the other
-// nodes take its share at their next beats instead of when its lease ends.
-// Call it once Run has returned and the requests in flight have drained:
-// with any in flight it returns an error wrapping ErrInFlight and leaves
-// nothing (its record
-// must go on reserving them; the lease ends on its own). A beat still under
-// way may land after the removal and recreate the record; that only
-// reserves more, until its lease ends. Leave reports whether a record was
-// removed.
-func (n *Node) Leave(ctx context.Context) (bool, error) {
-	n.mu.Lock()
-	if in := n.gate.Inflight(); in > 0 && !n.left {
-		n.mu.Unlock()
-		return false, fmt.Errorf("%w: node %q, gate %q, %d requests: its lease reserves them until it ends", ErrInFlight, n.id, n.key, in)
-	}
-	// Under the lock TryAcquire takes: no admission can slip in between
-	// the check and the flag.
-	n.left = true
-	n.mu.Unlock()
-	lv, ok := n.coord.(Leaver)
-	if !ok {
-		return false, nil
-	}
-	removed, err := lv.Leave(ctx, n.key, n.id, n.instance)
-	if err != nil {
-		return false, fmt.Errorf("distributed: node %q leaving gate %q: %w", n.id, n.key, err)
-	}
-	return removed, nil
-}
-
 // Stats returns the node's state at now. It changes nothing: a fence it
-// finds is reported, not started.
+// finds is reported, not started. A node taken over returns its
+// successor's.
 func (n *Node) Stats(now time.Time) Stats {
 	n.mu.Lock()
+	if next := n.next.Load(); next != nil {
+		n.mu.Unlock()
+		return next.Stats(now)
+	}
 	defer n.mu.Unlock()
 	m := n.modeLocked(now)
 	local := n.gate.Limit()
 	return Stats{
-		Node: n.id, Instance: n.instance, Mode: m, Fenced: m == ModeFenced,
+		Node: n.id, Instance: n.instance, Mode: m, Fenced: m == ModeFenced, Duplicate: n.dupSeq > n.okSeq,
 		Local: local, Global: n.global, Live: n.live,
-		Share: n.share, Ceiling: max(0, min(n.shareOf(m), local)), Inflight: n.gate.Inflight(),
+		Share: n.share, Ceiling: max(0, min(n.shareOf(m), local)), Inflight: n.inflightLocked(),
 		LeaseEnd:   n.leaseEnd,
 		AppliedGen: n.appliedGen, IssuedGen: n.issuedGen, AckedGen: n.ackedGen, GenLag: n.issuedGen - n.ackedGen,
 		RoundTrips: n.n.roundTrips, Errors: n.n.errors, Duplicates: n.n.duplicates,

@@ -587,6 +587,7 @@ func TestNodeOutagePolicies(t *testing.T) {
 
 // A second live process claiming a nodeId is refused and told so; neither
 // its state nor the incumbent's changes, and it is not taken for an outage.
+// Stats says it is refused as a duplicate until a beat is granted.
 func TestNodeDuplicateNodeID(t *testing.T) {
 	coord := distributed.NewMemory()
 	first := newTestNode(t, newTestGate(t, newKnob(10)), distributed.NodeConfig{Node: "x", Coordinator: coord})
@@ -603,10 +604,10 @@ func TestNodeDuplicateNodeID(t *testing.T) {
 		t.Fatalf("OnDuplicate got %v, want the error Beat returned", reported)
 	}
 	after := second.Stats(nodeT0)
-	if after.Duplicates != 1 || after.Errors != 1 || after.RoundTrips != 1 {
-		t.Fatalf("counters %+v", after)
+	if after.Duplicates != 1 || after.Errors != 1 || after.RoundTrips != 1 || !after.Duplicate {
+		t.Fatalf("counters %+v, want one duplicate, and refused as one", after)
 	}
-	after.Duplicates, after.Errors, after.RoundTrips = 0, 0, 0
+	after.Duplicates, after.Errors, after.RoundTrips, after.Duplicate = 0, 0, 0, false
 	if after != before {
 		t.Fatalf("the refused node changed: %+v → %+v", before, after)
 	}
@@ -629,8 +630,13 @@ func TestNodeDuplicateNodeID(t *testing.T) {
 	if _, err := n.Beat(context.Background(), nodeT0); !errors.Is(err, distributed.ErrDuplicateNode) {
 		t.Fatalf("Beat: %v", err)
 	}
-	if s := n.Stats(nodeT0); s.Mode != distributed.ModeGranted || s.Ceiling != 3 {
-		t.Fatalf("after a duplicate refusal: mode %v, ceiling %d; want granted, 3", s.Mode, s.Ceiling)
+	if s := n.Stats(nodeT0); s.Mode != distributed.ModeGranted || s.Ceiling != 3 || !s.Duplicate {
+		t.Fatalf("after a duplicate refusal: mode %v, ceiling %d, duplicate %v; want granted, 3, true", s.Mode, s.Ceiling, s.Duplicate)
+	}
+	dup = false
+	mustBeat(t, n, nodeT0)
+	if s := n.Stats(nodeT0); s.Duplicate {
+		t.Fatalf("after a granted beat: %+v, want no longer refused as a duplicate", s)
 	}
 }
 

@@ -35,6 +35,9 @@ type Fleet struct {
 // over many seeds that the schedules reached what they are meant to.
 type FleetStats struct {
 	Admitted, Applied, Reordered, Lost, Duplicates, Crashes, Leaves, Joins int
+	// TakeOvers and Drains count reloads: a node taken over by a new one
+	// (Node.TakeOver), a node drained and then left (Node.Drain).
+	TakeOvers, Drains int
 	// Overshoot is the most Σ in flight exceeded L (constant L only).
 	Overshoot int
 }
@@ -52,12 +55,15 @@ func (s *FleetStats) Add(o FleetStats) {
 	s.Crashes += o.Crashes
 	s.Leaves += o.Leaves
 	s.Joins += o.Joins
+	s.TakeOvers += o.TakeOvers
+	s.Drains += o.Drains
 	s.Overshoot = max(s.Overshoot, o.Overshoot)
 }
 
 // RunFleets runs RunFleet on c for seeds 0..seeds-1 with every combination
 // of Handoff and Vary, and checks that the schedules reached what they
-// exist for: reordered and lost replies, crashes, leaves and joins, and,
+// exist for: reordered and lost replies, crashes, leaves, joins, take-overs
+// and drains, and,
 // without Handoff, Σ in flight above L (the residual handoff closes).
 func RunFleets(t *testing.T, c distributed.Coordinator, seeds uint64, records func(gate string) ([]distributed.Record, error)) {
 	t.Helper()
@@ -70,7 +76,7 @@ func RunFleets(t *testing.T, c distributed.Coordinator, seeds uint64, records fu
 		}
 		t.Logf("handoff %v: %+v", handoff, total)
 		if total.Admitted == 0 || total.Reordered == 0 || total.Lost == 0 || total.Duplicates == 0 ||
-			total.Crashes == 0 || total.Leaves == 0 || total.Joins == 0 {
+			total.Crashes == 0 || total.Leaves == 0 || total.Joins == 0 || total.TakeOvers == 0 || total.Drains == 0 {
 			t.Errorf("handoff %v: the schedules missed a kind of event: %+v", handoff, total)
 		}
 		if !handoff && total.Overshoot == 0 {
@@ -91,7 +97,10 @@ const (
 // RunFleet drives real distributed.Nodes of one gate on coordinator c with
 // the random schedule of f.Seed: nodes join, beat, admit, release, crash (a
 // new process under the same nodeId, refused while the old record lives,
-// whose requests run to their end), leave, and change L_local; time moves
+// whose requests run to their end), leave, are rebuilt by a reload (a new
+// node in the process takes the old one over, whose requests and
+// heartbeats run on) or dropped by one (the node drains, beating on, and
+// leaves once its requests have ended), and change L_local; time moves
 // on, so leases run out and records are evicted; heartbeats overlap, reach
 // the coordinator in any order or not at all, and their replies come back
 // in any order or are lost. The coordinator processes a heartbeat at the
@@ -132,7 +141,7 @@ func RunFleet(t *testing.T, c distributed.Coordinator, f Fleet) FleetStats {
 		requests []request
 		nextID   int
 	)
-	join := func(id string) *member {
+	build := func(id string) *member {
 		m := &member{id: id, limit: &fixedLimit{}}
 		m.limit.v.Store(int64(L))
 		if f.Vary {
@@ -147,8 +156,10 @@ func RunFleet(t *testing.T, c distributed.Coordinator, f Fleet) FleetStats {
 		if err != nil {
 			t.Fatal(err)
 		}
-		alive = append(alive, m)
 		return m
+	}
+	join := func(id string) {
+		alive = append(alive, build(id))
 	}
 	end := func(i int, at time.Time) {
 		requests[i].lease.Release(at, adaptive.OK)
@@ -290,6 +301,27 @@ func RunFleet(t *testing.T, c distributed.Coordinator, f Fleet) FleetStats {
 			}
 			alive = slices.DeleteFunc(alive, func(o *member) bool { return o == m })
 			st.Leaves++
+		case op < 949: // a reload rebuilds the gate: a new node takes over
+			if m == nil {
+				break
+			}
+			next := build(m.id)
+			if err := next.node.TakeOver(m.node); err != nil {
+				t.Fatalf("%s step %d: %s taking over: %v", name, step, m.id, err)
+			}
+			alive[slices.Index(alive, m)] = next // m's requests and beats run on
+			for i := range requests {
+				if requests[i].m == m {
+					requests[i].m = next // counted by next now
+				}
+			}
+			st.TakeOvers++
+		case op < 952: // a reload drops the gate: the node drains
+			if m == nil || m.drained != nil {
+				break
+			}
+			m.drained = m.node.Drain()
+			st.Drains++
 		case op < 970: // a node joins
 			if len(alive) < f.Nodes {
 				join(fmt.Sprintf("n%d", nextID))
@@ -300,6 +332,20 @@ func RunFleet(t *testing.T, c distributed.Coordinator, f Fleet) FleetStats {
 			if f.Vary && m != nil {
 				m.limit.v.Store(int64(1 + r.IntN(MaxLocal)))
 			}
+		}
+		for _, m := range slices.Clone(alive) { // drained nodes leave
+			if m.drained == nil {
+				continue
+			}
+			select {
+			case <-m.drained:
+			default:
+				continue
+			}
+			if _, err := m.node.Leave(context.Background()); err != nil {
+				t.Fatalf("%s step %d: %s leaving once drained: %v", name, step, m.id, err)
+			}
+			alive = slices.DeleteFunc(alive, func(o *member) bool { return o == m })
 		}
 		checkFleet(t, fmt.Sprintf("%s step %d", name, step), ref.Records(gate), now, f, L, len(requests), &st, alive)
 	}
@@ -350,6 +396,8 @@ type member struct {
 	limit   *fixedLimit
 	node    *distributed.Node
 	pending int // its heartbeats not yet answered
+	// drained is Drain's channel once a reload dropped the gate.
+	drained <-chan struct{}
 }
 
 // scheduled is the Coordinator RunFleet's nodes call: each heartbeat waits
