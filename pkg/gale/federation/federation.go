@@ -8,12 +8,17 @@
 // a Region, which is a gale.Store: it takes from the region's shared escrow
 // (L2) when there is one, and leases from the Coordinator when that runs
 // short. The machine's window coupling is the bound's whole basis: credits
-// leased in a window die at its end, on the coordinator's clock (a Grant's
-// WindowEnd − Now is how long they live), so no window admits more than the
-// coordinator granted in it, and the coordinator grants at most the limit.
+// leased in a window die at its end, on the coordinator's clock less the
+// time its reply took — a Grant's WindowEnd − Now counted, by a process,
+// from the instant it sent the lease (gale.Machine.Landed) and, by the
+// escrow, from the take that preceded the lease (RegionMachine.Split) — so
+// no window admits more than the coordinator granted in it, and the
+// coordinator grants at most the limit.
 //
-// docs/PROOFS.md states the bound, its model (pkg/gale/model's federated
-// explorer) and the state counts.
+// A region's decisions are the pure RegionMachine; Region drives it.
+// docs/PROOFS.md states the bound, its models (pkg/gale/model's federated
+// explorer, regions against the coordinator, and its region explorer, a
+// region's processes, escrow and outages) and the state counts.
 package federation
 
 import (

@@ -89,7 +89,7 @@ type RegionState struct {
 	// Window is the current window's index; L3 what the coordinator can
 	// still grant in it; Admitted the fleet's admissions in it.
 	Window, L3, Admitted int
-	Regions             []RegionNode
+	Regions              []RegionNode
 }
 
 // RegionNode is one region: its escrow, regional budget, health and
@@ -483,7 +483,9 @@ func (c RegionConfig) key(s RegionState) string {
 		slices.Sort(procs)
 		b := []byte{byte(r.Escrow.Units), h(r.Escrow.End), h(r.Escrow.Deadline), byte(r.RegionalLeft), h(r.Health.DownUntil), byte(b2int(r.InOutage)), byte(r.Admitted)}
 		recs := r.Reconciles
-		slices.SortFunc(recs[:], func(x, y Reconcile) int { return cmp.Compare(x.Leftover*4+b2int(x.Ended)+2*b2int(x.Applied), y.Leftover*4+b2int(y.Ended)+2*b2int(y.Applied)) })
+		slices.SortFunc(recs[:], func(x, y Reconcile) int {
+			return cmp.Compare(x.Leftover*4+b2int(x.Ended)+2*b2int(x.Applied), y.Leftover*4+b2int(y.Ended)+2*b2int(y.Applied))
+		})
 		for _, rec := range recs {
 			b = append(b, byte(rec.Leftover), byte(b2int(rec.Ended)|b2int(rec.Applied)<<1))
 		}
