@@ -53,6 +53,12 @@ const (
 	// FaultFullBatchRefill has a low-water refill ask a whole batch even
 	// where credits carry over: the low-water hole.
 	FaultFullBatchRefill
+	// FaultUndecayedCredits keeps window-coupled credits of a rule without
+	// windows whole until they are used (decay.go): the leased GCRA hole.
+	FaultUndecayedCredits
+	// FaultDecayedGiveBack gives decaying credits back to the store on a
+	// drain (decay.go says why they must not go).
+	FaultDecayedGiveBack
 )
 
 // KeyState is all leasing state of one key on one node. The zero value is a
@@ -90,6 +96,10 @@ type KeyState struct {
 	Abandoned bool
 	// Leases counts the leases begun, naming each.
 	Leases uint64
+	// Span is, for decaying credits (decay.go), the store's ResetAt (Unix
+	// µs, the store's clock) of the grant the credits came from: where
+	// their span of the store's bucket ends. 0 for none.
+	Span int64
 	// A denial remembered until DenyUntil: any check needing at least
 	// DenyNeed units from the store is denied with Deny, locally.
 	DenyUntil time.Time
@@ -164,7 +174,7 @@ func (m *Machine) carries() bool { return m.Uncoupled || !m.Rule.Windowed() }
 // none).
 func (m *Machine) Check(k *KeyState, now time.Time, cost int64, d *Decision) (st Step) {
 	k.LastUsed = now
-	if !k.Until.IsZero() && !now.Before(k.Until) {
+	if !k.Until.IsZero() && (!now.Before(k.Until) || k.Credits > 0 && m.decays()) {
 		st.Stranded = m.Expire(k, now)
 	}
 	if m.NewSizer != nil {
@@ -203,6 +213,17 @@ func (m *Machine) Check(k *KeyState, now time.Time, cost int64, d *Decision) (st
 	}
 	need := cost - k.Credits
 	if dd, ok := k.denied(need, now); ok {
+		if k.Credits > 0 && m.decays() {
+			// Decaying credits (decay.go) are fewer by the retry, and
+			// cannot go back to the store: strand them, and ask again for
+			// the whole cost, so that the RetryAfter answered is when this
+			// check fits.
+			st.Stranded += m.drop(k, k.Credits)
+			k.DenyUntil = time.Time{}
+			st.Kind, st.Min, st.Max = MustLease, cost, max(m.batch(k), cost)
+			st.Lease = m.begin(k, cost)
+			return st
+		}
 		if k.Credits > 0 && !m.carries() && !k.DenyUntil.Before(k.Until) {
 			// The store can give the rest of the need only once the window
 			// of these credits has ended, and they die with it: a retry at
@@ -258,6 +279,9 @@ func (m *Machine) Landed(k *KeyState, id uint64, sent time.Time, g Grant) (stran
 	}
 	k.DenyUntil = time.Time{}
 	stranded = m.Expire(k, sent)
+	if m.decays() && m.Fault&FaultUndecayedCredits == 0 {
+		stranded += m.joinSpan(k, g)
+	}
 	if !g.WindowEnd.Equal(k.WindowEnd) {
 		if !m.Uncoupled && k.Credits > 0 {
 			// Credits of an older window must not ride on the new window's
@@ -273,11 +297,16 @@ func (m *Machine) Landed(k *KeyState, id uint64, sent time.Time, g Grant) (stran
 		stranded += m.drop(k, k.LeaseMin)
 		k.Abandoned = false
 	}
-	if !g.WindowEnd.IsZero() {
+	switch {
+	case !g.WindowEnd.IsZero():
 		k.Until = local(g.WindowEnd)
 		if !m.Uncoupled {
 			k.Expires = k.Until
 		}
+	case m.decays():
+		// The store's bucket holds this grant until its reset (decay.go).
+		k.Until = local(g.Decision.ResetAt)
+		k.Expires = k.Until
 	}
 	k.Remote, k.Reset = g.Decision.Remaining, local(g.Decision.ResetAt)
 	return stranded
@@ -322,7 +351,13 @@ func (m *Machine) drop(k *KeyState, n int64) int64 {
 // count of units served from it and, window-coupled, its credits, which it
 // returns as stranded.
 func (m *Machine) Expire(k *KeyState, now time.Time) (stranded int64) {
-	if k.Until.IsZero() || now.Before(k.Until) {
+	if k.Until.IsZero() {
+		return 0
+	}
+	if now.Before(k.Until) {
+		if m.decays() && k.Credits > 0 {
+			return m.decay(k, now)
+		}
 		return 0
 	}
 	k.Used = 0
@@ -345,6 +380,12 @@ func (m *Machine) Idle(k *KeyState, now time.Time) bool {
 func (m *Machine) Drain(k *KeyState, now time.Time) (r Return, stranded int64) {
 	stranded = m.Expire(k, now)
 	n := min(k.Credits, k.FromWindow)
+	if m.decays() && m.Fault&(FaultUndecayedCredits|FaultDecayedGiveBack) == 0 {
+		// Decaying credits cannot go back (decay.go): a give-back frees
+		// the store's newest span, another node's.
+		stranded += n
+		n = 0
+	}
 	k.Credits, k.FromWindow, k.Used = 0, 0, 0
 	if n <= 0 {
 		return Return{}, stranded
@@ -376,7 +417,7 @@ func (m *Machine) GiveBack(k *KeyState, now time.Time, n int64, onlyWindow bool,
 		return 0, Return{}
 	}
 	k.Used -= n
-	if !m.carries() {
+	if !m.carries() || m.decays() {
 		k.Credits += n
 		k.FromWindow += n
 		return n, Return{}
