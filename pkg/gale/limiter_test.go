@@ -263,7 +263,7 @@ func TestCancelledCallerGetsContextError(t *testing.T) {
 
 func TestFullL1EvictsWithoutOverAdmitting(t *testing.T) {
 	s := &countingStore{Store: memstore.New()}
-	l := newLimiter(t, s, gale.Config{Rule: perMinute(10), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 4}, MaxKeys: 64})
+	l := newLimiter(t, s, gale.Config{Rule: perMinute(10), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 4}, MaxKeys: 64, StoreTimeout: time.Minute}) // about eviction, not timeouts: a loaded machine must not time a memory store out
 	rng := rand.New(rand.NewPCG(1, 2))
 	admitted := map[string]int64{}
 	now := start
