@@ -73,7 +73,7 @@ func newFederation(ctx context.Context, c *serveConfig, regional redis.Universal
 	}
 	switch kind {
 	case "redis":
-		client, err := redisClientFor("--federation-url", c.federationURL, c.federationTimeout)
+		client, err := redisClientFor("--federation-url", c.federationURL, c.federationTimeout, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -251,12 +251,13 @@ var (
 	descGateRejected  = prometheus.NewDesc("throttlekit_gate_rejected_total", "Requests a gate turned away, by reason (limit, queue_full, queue_timeout, cancelled).", []string{"gate", "reason"}, nil)
 	descRoundTrips    = prometheus.NewDesc("throttlekit_redis_round_trips_total", "Round trips to Redis (pipelines and single commands).", nil, nil)
 	descRedisOps      = prometheus.NewDesc("throttlekit_redis_operations_total", "Operations sent to Redis (scripts run).", nil, nil)
+	descRestarts      = prometheus.NewDesc("throttlekit_store_restarts_total", "Times the Redis server behind --redis-url was found to be a new one (restarted, or a replica promoted; its run_id changed): each may have forgotten the counts of the windows in place. Always 0 with the memory store.", nil, nil)
 	descUnknownDomain = prometheus.NewDesc("throttlekit_unknown_domain_total", "Requests for a domain no policy file defines, answered OK (at most 100 domains, then _other).", []string{"domain"}, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descValueDecisions, descLocalHits, descCachedDenials, descLeasesReq,
-		descLeasesGranted, descCreditsLeased, descStranded, descReturned, descL1Keys, descEvictions, descFallbacks, descRoundTrips, descRedisOps,
+		descLeasesGranted, descCreditsLeased, descStranded, descReturned, descL1Keys, descEvictions, descFallbacks, descRoundTrips, descRedisOps, descRestarts,
 		descFairShare, descLeaseBatch, descGateLimit, descGateInflight, descGateQueued, descGateAdmitted, descGateRejected, descUnknownDomain} {
 		ch <- d
 	}
@@ -317,6 +318,11 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	for domain, n := range c.e.UnknownDomains() {
 		counter(descUnknownDomain, n, domain)
 	}
+	var restarts uint64 // the memory store never restarts: 0, so the alert's series exists
+	if c.rs != nil {
+		restarts = c.rs.Forgot()
+	}
+	ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(restarts))
 	if c.rs != nil {
 		st := c.rs.Stats()
 		ch <- prometheus.MustNewConstMetric(descRoundTrips, prometheus.CounterValue, float64(st.RoundTrips))

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
 )
 
 // newRedisClient builds the client --redis-url describes: one server, a
@@ -21,14 +23,20 @@ import (
 // Every call honours its context's deadline (ContextTimeoutEnabled; go-redis
 // otherwise waits out its read timeout, at least 500ms here): a federated
 // request's escrow and coordinator calls end at --federation-timeout, and
-// a store's round trip at --store-timeout.
-func newRedisClient(raw string, timeout time.Duration) (redis.UniversalClient, error) {
-	return redisClientFor("--redis-url", raw, timeout)
+// a store's round trip at --store-timeout. With w, each new connection
+// first tells w which server it reached (redisstore.Watch): a restarted or
+// promoted server is counted and logged before it answers anything.
+func newRedisClient(raw string, timeout time.Duration, w *redisstore.Watch) (redis.UniversalClient, error) {
+	return redisClientFor("--redis-url", raw, timeout, w)
 }
 
 // redisClientFor builds the client the URL raw, given by flag, describes
 // (as newRedisClient does; errors name flag).
-func redisClientFor(flag, raw string, timeout time.Duration) (redis.UniversalClient, error) {
+func redisClientFor(flag, raw string, timeout time.Duration, w *redisstore.Watch) (redis.UniversalClient, error) {
+	var onConnect func(context.Context, *redis.Conn) error
+	if w != nil {
+		onConnect = w.OnConnect
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Parse's error quotes the whole URL, password included.
@@ -54,6 +62,7 @@ func redisClientFor(flag, raw string, timeout time.Duration) (redis.UniversalCli
 		}
 		o.MaxRetries, o.DialerRetries = -1, 1
 		o.ContextTimeoutEnabled = true
+		o.OnConnect = onConnect
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
 		return redis.NewFailoverClient(o), nil
 	case cluster || len(q["addr"]) > 0:
@@ -63,6 +72,7 @@ func redisClientFor(flag, raw string, timeout time.Duration) (redis.UniversalCli
 		}
 		o.MaxRetries, o.DialerRetries = -1, 1
 		o.ContextTimeoutEnabled = true
+		o.OnConnect = onConnect
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
 		return redis.NewClusterClient(o), nil
 	}
@@ -72,6 +82,7 @@ func redisClientFor(flag, raw string, timeout time.Duration) (redis.UniversalCli
 	}
 	o.MaxRetries, o.DialerRetries = -1, 1
 	o.ContextTimeoutEnabled = true
+	o.OnConnect = onConnect
 	defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
 	return redis.NewClient(o), nil
 }

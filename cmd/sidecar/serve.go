@@ -66,12 +66,13 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	case "redis":
 		redis.SetLogger(slogRedis{log})
 		var err error
-		if client, err = newRedisClient(c.redisURL, c.storeTimeout); err != nil {
+		watch := newRestartWatch(log)
+		if client, err = newRedisClient(c.redisURL, c.storeTimeout, watch); err != nil {
 			return err
 		}
 		defer client.Close()
 		if rs, err = redisstore.New(client, redisstore.Options{ServerTime: true, Timeout: max(4*c.storeTimeout, 200*time.Millisecond),
-			WaitReplicas: c.waitReplicas, WaitTimeout: c.storeTimeout}); err != nil {
+			WaitReplicas: c.waitReplicas, WaitTimeout: c.storeTimeout, Watch: watch}); err != nil {
 			return err
 		}
 		defer rs.Close()
@@ -89,6 +90,8 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	var engStore gale.Store = fwd
 	if _, ok := store.(gale.InMemory); ok {
 		engStore = inMemoryStore{fwd} // still needs no deadline per call
+	} else if rs != nil {
+		engStore = forgetfulStore{fwd, rs} // strict limiters keep their denials across a restart
 	}
 	fed, err := newFederation(ctx, c, client, rs, log)
 	if err != nil {

@@ -254,7 +254,7 @@ func TestUpstreamRedisURLsConnect(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", e, err)
 		}
-		c, err := newRedisClient(raw, 50*time.Millisecond)
+		c, err := newRedisClient(raw, 50*time.Millisecond, nil)
 		if err != nil {
 			t.Errorf("%v: %s refused: %v", e, Redact(raw), err)
 			continue
@@ -341,7 +341,7 @@ func FuzzUpstreamEnvironment(f *testing.F) {
 		}
 		for _, fv := range u.flags {
 			if fv.flag == "--redis-url" {
-				if _, err := newRedisClient(fv.value, time.Millisecond); err == nil && secret && strings.Contains(Redact(fv.value), auth) {
+				if _, err := newRedisClient(fv.value, time.Millisecond, nil); err == nil && secret && strings.Contains(Redact(fv.value), auth) {
 					t.Fatalf("Redact shows REDIS_AUTH: %s", Redact(fv.value))
 				}
 			}

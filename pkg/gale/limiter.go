@@ -17,6 +17,9 @@ type Mode uint8
 
 const (
 	// Strict asks the store on every check: exact, one round trip each.
+	// Over a Forgetful store it also remembers the denials it is given, and
+	// answers from them only after the store may have forgotten the counts
+	// behind them (a restarted Redis), until they lapse (forget.go).
 	Strict Mode = iota
 	// CachedDeny asks the store for every admission but remembers denials
 	// until their RetryAfter, so a flood on a blocked key costs the store
@@ -145,9 +148,13 @@ type Limiter struct {
 	onError ErrorPolicy
 	timeout time.Duration
 	clock   clock.Clock
-	l1      *table  // nil in strict mode
+	l1      *table  // nil in strict mode, unless the store is Forgetful
 	m       Machine // leased mode's protocol, which checkLeased drives
 	local   bool    // the store is InMemory: its calls need no deadline
+	// forgets is the store, when it can tell that it forgot (and is not
+	// InMemory); kept is what strict mode does about it (forget.go).
+	forgets Forgetful
+	kept    kept
 
 	bg       context.Context // parent of background store calls; cancelled by Close
 	cancelBg context.CancelFunc
@@ -200,11 +207,14 @@ func New(store Store, cfg Config) (*Limiter, error) {
 		l.timeout = DefaultStoreTimeout
 	}
 	_, l.local = store.(InMemory)
+	if f, ok := store.(Forgetful); ok && !l.local {
+		l.forgets = f
+	}
 	l.m = Machine{Rule: cfg.Rule, Batch: lc.Batch, Uncoupled: lc.Uncoupled, LowWater: lc.LowWater, NewSizer: lc.NewSizer, ReturnIdleAfter: lc.ReturnIdleAfter}
 	if l.clock == nil {
 		l.clock = clock.Real{}
 	}
-	if l.mode != Strict {
+	if l.mode != Strict || l.forgets != nil {
 		maxKeys := cfg.MaxKeys
 		if maxKeys == 0 {
 			maxKeys = DefaultMaxKeys
@@ -247,6 +257,9 @@ func (l *Limiter) Check(ctx context.Context, key string, cost int64, now time.Ti
 		return l.checkCachedDeny(ctx, key, cost, now)
 	case Leased:
 		return l.checkLeased(ctx, key, nil, cost, now)
+	}
+	if l.forgets != nil {
+		return l.checkStrict(ctx, key, cost, now)
 	}
 	return l.checkStore(ctx, key, cost, now)
 }

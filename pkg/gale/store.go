@@ -36,6 +36,22 @@ type InMemory interface {
 	InMemory()
 }
 
+// Forgetful is implemented by a Store that can lose counts it has
+// acknowledged — a Redis server restarted without persistence, or a
+// replica promoted before replication had carried them — and can tell when
+// it may have. A window in place then admits again what the store forgot;
+// a strict Limiter over a Forgetful store keeps the denials it was given
+// before, and answers from them until they lapse (see Mode), as cached-deny
+// and leased limiters always do.
+type Forgetful interface {
+	Store
+	// Forgot is how many times the store may have forgotten counts since it
+	// was made. It is raised before any call reaches the server that forgot.
+	// Implementations MUST make it cheap and safe for concurrent use: a
+	// strict check calls it twice.
+	Forgot() uint64
+}
+
 // ErrInvalidCost is returned for a cost, or a lease's min and max, that is not
 // 1 ≤ min ≤ max ≤ MaxLimit.
 var ErrInvalidCost = errors.New("gale: cost must be between 1 and 2^40")

@@ -30,6 +30,9 @@ type entry struct {
 	key  string
 	st   KeyState
 	call *leaseCall // nil when no lease is in flight
+	// forgot is the store's Forgot count when a strict limiter remembered
+	// the key's denial (forget.go).
+	forgot uint64
 }
 
 // returned is credits to give back to the store.

@@ -65,6 +65,16 @@
 // The scripts need Redis 5 or later (effects replication, which lets a script
 // write after reading TIME); they are tested on Redis 7.
 //
+// # Restarts
+//
+// A server restarted without persistence forgets every count, and a window
+// in place admits again what it had admitted. A Watch on the client's
+// OnConnect asks each new connection's server its run_id (INFO server):
+// one that changed is a new server, counted before the connection carries
+// anything. A Store given the watch (Options.Watch) reports the count as
+// Forgot, which makes it a gale.Forgetful store: strict limiters over it
+// keep the denials they were given across the restart.
+//
 // No operation is sent twice: every command the store sends refuses
 // go-redis's retries (a resend after a lost reply could apply it twice), on
 // any client — a Cluster client would otherwise resend a node's pipeline

@@ -75,6 +75,11 @@ type Options struct {
 	// WaitTimeout is how long Redis waits for WaitReplicas, rounded up to
 	// the millisecond, at most Timeout; 0 means Timeout/2.
 	WaitTimeout time.Duration
+	// Watch, when set, is the restart watch installed on the client's
+	// OnConnect: Forgot then reports the new servers it found, and the
+	// store's strict limiters keep the denials they were given across them
+	// (gale.Forgetful). nil: Forgot is always 0.
+	Watch *Watch
 }
 
 // Upper bounds of Options: the queue holds Pipelines·MaxBatch requests.
@@ -109,6 +114,7 @@ type Store struct {
 	maxBatch   int
 	timeout    time.Duration
 	wait       replicaWait // Options.WaitReplicas (wait.go)
+	watch      *Watch      // Options.Watch; nil for none
 
 	queue     chan *request
 	closing   chan struct{} // closed by Close: dispatchers stop taking requests
@@ -119,7 +125,7 @@ type Store struct {
 	ops, roundTrips, failures atomic.Uint64
 }
 
-var _ gale.Store = (*Store)(nil)
+var _ gale.Forgetful = (*Store)(nil)
 
 // Stats are counters of a Store's traffic since New. Ops / RoundTrips is the
 // batching factor.
@@ -155,6 +161,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		// Ring client sends each key to its own server.
 		fuse:    isSingle(client),
 		timeout: opts.Timeout,
+		watch:   opts.Watch,
 		closing: make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -207,6 +214,16 @@ func (s *Store) Close() error {
 // Stats returns the store's counters. It is safe to call at any time.
 func (s *Store) Stats() Stats {
 	return Stats{Ops: s.ops.Load(), RoundTrips: s.roundTrips.Load(), Errors: s.failures.Load()}
+}
+
+// Forgot is how many times the server behind the store was found to be a
+// new one (Options.Watch's Restarts), each of which may have forgotten
+// counts; 0 without a watch. It is one atomic load.
+func (s *Store) Forgot() uint64 {
+	if s.watch == nil {
+		return 0
+	}
+	return s.watch.Restarts()
 }
 
 // Key returns the name of the Redis hash holding the state of key:
