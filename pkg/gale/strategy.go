@@ -20,7 +20,7 @@ import (
 // A state outlives a change of its rule's figures, Limit and Burst (the
 // engine keeps a key across a reload that changes them, as long as the
 // algorithm and the Period stay): the new rule reads what the old one
-// stored and never finds more room in it than the old state held, so a
+// stored as if it had been in force since the state was written, so a
 // changed figure neither resets nor refills a key. A window's count is
 // judged by the new Limit (a count above it denies until the window ends).
 // A token bucket keeps its tokens, at most the new Burst, refilled at the
@@ -30,8 +30,8 @@ import (
 // instant (Refilled) it was written at, and a rule of another Limit
 // converts it. A level above a shrunk Burst drains below it before the
 // bucket admits again. A converted state still lapses at the ExpireAt the
-// old figures gave it: a key nobody asks after a lowered rate is empty (its
-// room full) when the old rate would have emptied it.
+// old figures gave it: a key nobody asks after a lowered rate reads as a
+// fresh one from the instant the old rate would have refilled it.
 type State struct {
 	Window   int64   // start of the window Used counts
 	Used     int64   // units taken in that window
