@@ -52,9 +52,14 @@ type federationParts struct {
 	// health is the coordinator connection's, shared by every rule.
 	health *federation.Health
 
-	mu      sync.Mutex
-	states  map[engine.RuleRef]*federation.RuleState // kept across reloads
-	regions map[engine.RuleRef]*federation.Region    // the newest per rule
+	mu sync.Mutex
+	// states is kept across reloads, by counter (FederatedRule.Counter): a
+	// reload that renames, moves or re-figures a rule keeps its pending
+	// reconciles and regional-budget records, as it keeps its counters.
+	states  map[string]*federation.RuleState
+	regions map[engine.RuleRef]*federation.Region // the newest per rule
+	names   map[string]engine.RuleRef             // each counter's newest rule
+	owners  map[engine.RuleRef]string             // the counter of each rule in regions
 }
 
 // newFederation joins the federation c describes, or returns nil when c
@@ -66,7 +71,8 @@ func newFederation(ctx context.Context, c *serveConfig, regional redis.Universal
 	}
 	f := &federationParts{region: c.region, timeout: c.federationTimeout, probe: c.federationProbe,
 		health: federation.NewHealth(c.federationProbe),
-		states: map[engine.RuleRef]*federation.RuleState{}, regions: map[engine.RuleRef]*federation.Region{}}
+		states: map[string]*federation.RuleState{}, regions: map[engine.RuleRef]*federation.Region{},
+		names: map[string]engine.RuleRef{}, owners: map[engine.RuleRef]string{}}
 	kind, err := federationScheme(c.federationURL)
 	if err != nil {
 		return nil, err
@@ -162,14 +168,21 @@ func (f *federationParts) rule(fr engine.FederatedRule) (engine.Federated, error
 	if f.states == nil {
 		return engine.Federated{}, errors.New("federation: closed")
 	}
-	if f.states[fr.Ref] == nil {
-		f.states[fr.Ref] = federation.NewRuleState(nil)
+	if f.states[fr.Counter] == nil {
+		f.states[fr.Counter] = federation.NewRuleState(nil)
 	}
-	cfg.State = f.states[fr.Ref]
+	cfg.State = f.states[fr.Counter]
 	r, err := federation.NewRegion(cfg)
 	if err != nil {
 		return engine.Federated{}, err
 	}
+	if was, ok := f.names[fr.Counter]; ok && was != fr.Ref && f.owners[was] == fr.Counter {
+		// Renamed: its counters report under the new name only (unless
+		// another rule took the old name meanwhile).
+		delete(f.regions, was)
+		delete(f.owners, was)
+	}
+	f.names[fr.Counter], f.owners[fr.Ref] = fr.Ref, fr.Counter
 	f.regions[fr.Ref] = r
 	// With an escrow a process leases a quarter of the region's batch from
 	// it, so the region's other processes find the rest there.

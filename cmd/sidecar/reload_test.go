@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/engine"
@@ -107,5 +111,73 @@ func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
 	cancel()
 	if err := <-watching; err != nil {
 		t.Errorf("watch: %v", err)
+	}
+}
+
+// countedPolicy is a user's 6 a day beside a looser hourly limit; edited,
+// the day's limit is named and put second.
+const (
+	countedPolicy = "domain: c\ndescriptors:\n  - key: user\n    rate_limits:\n      - {unit: day, requests_per_unit: 6}\n      - {unit: hour, requests_per_unit: 1000}\n"
+	countedEdited = "domain: c\ndescriptors:\n  - key: user\n    rate_limits:\n      - {name: hourly, unit: hour, requests_per_unit: 1000}\n      - {name: daily, unit: day, requests_per_unit: 6}\n"
+)
+
+// TestServeReloadKeepsCountsInRedis: two `serve` processes on one Redis
+// use up a 6-a-day limit; an edit of the policy file that names both
+// limits and swaps them, reloaded by both, admits nothing more that day
+// (keyed by name and place, it admitted 6 again).
+func TestServeReloadKeepsCountsInRedis(t *testing.T) {
+	rdb := testenv.StartRedis(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(file, []byte(countedPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var clients []rlsv3.RateLimitServiceClient
+	var sidecars []*sidecar
+	for range 2 {
+		s := runServe(t, []string{"serve", "--policy", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
+			"--drain-timeout", "2s", "--reload-debounce", "10ms", "--store", "redis", "--redis-url", rdb.URL()}, func(string) string { return "" })
+		if s.grpcAddr == "" {
+			t.Fatalf("serve did not start:\n%s", s.stderr.String())
+		}
+		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		clients, sidecars = append(clients, rlsv3.NewRateLimitServiceClient(conn)), append(sidecars, s)
+	}
+	// useUp asks the sidecars in turn until each has denied in a row.
+	useUp := func() int {
+		admitted, denied := 0, 0
+		for i := 0; denied < len(clients); i++ {
+			resp, err := clients[i%len(clients)].ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "c",
+				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}}}}})
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case i > 100:
+				t.Fatalf("still admitting after %d requests", i)
+			case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+				admitted, denied = admitted+1, 0
+			default:
+				denied++
+			}
+		}
+		return admitted
+	}
+	if got := useUp(); got != 6 {
+		t.Fatalf("the day admitted %d, want 6", got)
+	}
+	if err := os.WriteFile(file, []byte(countedEdited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range sidecars {
+		if !testenv.Eventually(func() bool { return len(logRecords(t, s.stderr.String(), "policy loaded")) == 2 }) {
+			t.Fatalf("sidecar %d did not reload the edit:\n%s", i, s.stderr.String())
+		}
+	}
+	if got := useUp(); got != 0 {
+		t.Fatalf("after naming and swapping the limits, the day admitted %d more, want 0", got)
 	}
 }

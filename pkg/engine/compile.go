@@ -2,8 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,16 +41,19 @@ func (e *Engine) newCompiled(set *policy.Set, domains int) *compiled {
 type rule struct {
 	ref  RuleRef // domain and metric name
 	name string  // the limit's own name ("" if none), for replaces
-	// id is the rule's fingerprint in counter keys: domain, descriptor path,
-	// the limit's name (or its place), and what the stored state means
-	// (algorithm, period; rate and burst for the buckets). Changing the
-	// requests per unit of a window keeps its counters across a reload.
+	// id is the rule's counter identity in its keys (counterID, key.go):
+	// domain, descriptor path, period and algorithm; never the limit's
+	// name, place or figures, so a reload that renames, reorders or
+	// re-figures the limit keeps its counters.
 	id string
 	// keyPrefix is the fields of the domain and of id that begin every key
 	// of the rule's counters (key.go).
 	keyPrefix string
 	// identity is everything the limiter is built from: a rule with the
-	// same identity after a reload keeps its limiter (and its L1 state).
+	// same identity after a reload keeps its limiter (and its L1 state); a
+	// renamed or moved limit keeps it too. A rule whose identity changed
+	// gets a new limiter over the same keys (as long as id stays), and the
+	// old one returns its credits there once drained (handover.go).
 	identity string
 	info     LimitInfo
 	// lim answers the rule's checks: limiter, or fair; nil when the rule is
@@ -97,8 +98,8 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 	for _, d := range set.Domains {
 		root := newNode()
 		c.domains[d.Name] = root
-		var walk func(n *node, descs []*policy.Descriptor, path, keys []string)
-		walk = func(n *node, descs []*policy.Descriptor, path, keys []string) {
+		var walk func(n *node, descs []*policy.Descriptor, path, keys []string, descPath []byte)
+		walk = func(n *node, descs []*policy.Descriptor, path, keys []string, descPath []byte) {
 			for _, pd := range descs {
 				b := &branch{key: pd.Key, keyField: string(appendField(nil, pd.Key)), value: pd.Value, wild: pd.HasWildcard(), share: pd.ShareThreshold && pd.HasWildcard()}
 				switch {
@@ -116,8 +117,10 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 				}
 				here := append(append([]string(nil), path...), step)
 				hereKeys := append(append([]string(nil), keys...), pd.Key)
+				hereDesc := appendField(appendField(append([]byte(nil), descPath...), pd.Key), pd.Value)
+				counted := map[string]*policy.Limit{} // this descriptor's counters: one limit each
 				for j, l := range pd.Limits {
-					r, err := e.newRule(d.Name, here, j, pd, l)
+					r, err := e.newRule(d.Name, here, string(hereDesc), pd, l)
 					if err == nil && pd.Fairness != nil {
 						r.fair, err = e.newFairRule(r, pd.Fairness, hereKeys)
 					}
@@ -125,8 +128,19 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 						errs = append(errs, &policy.Error{Pos: l.Pos, Field: cmp.Or(l.Field, "rate_limit"), Msg: err.Error()})
 						continue
 					}
+					if r.galeRule.Limit > 0 {
+						if first := counted[r.id]; first != nil {
+							// The policy refuses this (policy: "counts the same
+							// requests"); a set built in code may not.
+							errs = append(errs, &policy.Error{Pos: l.Pos, Field: cmp.Or(l.Field, "rate_limit"),
+								Msg: fmt.Sprintf("counts the same requests as the limit at line %d (both %s per %v): they would share one counter and count every request twice; remove one, or give it another unit", first.Pos.Line, r.algorithm, l.Period())})
+							continue
+						}
+						counted[r.id] = l
+					}
 					if names[r.ref] {
-						// Two unnamed limits on one descriptor: tell them apart.
+						// Two unnamed limits on one descriptor: tell them apart
+						// in metrics (a label: counters do not depend on it).
 						r.ref.Name += "#" + strconv.Itoa(j)
 					}
 					names[r.ref] = true
@@ -156,11 +170,11 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 				}
 				if len(pd.Descriptors) > 0 {
 					b.next = newNode()
-					walk(b.next, pd.Descriptors, here, hereKeys)
+					walk(b.next, pd.Descriptors, here, hereKeys, hereDesc)
 				}
 			}
 		}
-		walk(root, d.Descriptors, nil, nil)
+		walk(root, d.Descriptors, nil, nil, nil)
 	}
 	gates, gerrs := e.compileGates(set, prev, build)
 	errs = append(errs, gerrs...)
@@ -175,8 +189,9 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 	return c, old, nil
 }
 
-// newRule builds the rule of limit l (the j-th of descriptor pd at path).
-func (e *Engine) newRule(domain string, path []string, j int, pd *policy.Descriptor, l *policy.Limit) (*rule, error) {
+// newRule builds the rule of limit l of descriptor pd, at path (its metric
+// name's steps) and descPath (its levels' keys and values as fields).
+func (e *Engine) newRule(domain string, path []string, descPath string, pd *policy.Descriptor, l *policy.Limit) (*rule, error) {
 	r := &rule{
 		ref:         RuleRef{Domain: domain, Name: l.Name},
 		name:        l.Name,
@@ -192,10 +207,6 @@ func (e *Engine) newRule(domain string, path []string, j int, pd *policy.Descrip
 	if r.ref.Name == "" {
 		r.ref.Name = strings.Join(path, ".")
 	}
-	place := l.Name
-	if place == "" {
-		place = "#" + strconv.Itoa(j)
-	}
 	switch {
 	case l.Unlimited:
 	case l.RequestsPerUnit == 0:
@@ -208,16 +219,13 @@ func (e *Engine) newRule(domain string, path []string, j int, pd *policy.Descrip
 		r.galeRule = gr
 		r.algorithm = cmp.Or(l.Algorithm, policy.FixedWindow)
 	}
-	state := fmt.Sprintf("%v|%d", r.galeRule.Algorithm, r.galeRule.Period/time.Microsecond)
-	if r.galeRule.Algorithm == gale.GCRA || r.galeRule.Algorithm == gale.TokenBucket {
-		state += fmt.Sprintf("|%d|%d", r.galeRule.Limit, r.galeRule.Burst)
-	}
-	sum := sha256.Sum256([]byte(domain + "\x00" + strings.Join(path, "\x00") + "\x00" + place + "\x00" + state))
-	r.id = hex.EncodeToString(sum[:8])
+	r.id = counterID(domain, descPath, r.galeRule)
 	r.keyPrefix = string(appendField(appendField(nil, domain), r.id))
 	r.identity = fmt.Sprintf("%s|%+v|%s|%+v|%s", r.id, r.galeRule, pd.Mode, pd.Lease, pd.OnStoreError)
 	if pd.Federation != nil {
-		r.identity += fmt.Sprintf("|%+v", *pd.Federation)
+		// A federated limiter's region reports under the rule's name: a
+		// renamed rule gets a new one (its RuleState, by counter, stays).
+		r.identity += fmt.Sprintf("|%+v|%s", *pd.Federation, r.ref.Name)
 	}
 	return r, nil
 }
@@ -253,7 +261,7 @@ func (e *Engine) newLimiter(r *rule, pd *policy.Descriptor) (*gale.Limiter, erro
 	if e.opts.Federation == nil {
 		return nil, errors.New("mode: federated needs this process to join a federation: start it with --region and --federation-url (redis:// or postgres://)")
 	}
-	fed, err := e.opts.Federation(FederatedRule{Ref: r.ref, Rule: r.galeRule, Federation: *pd.Federation})
+	fed, err := e.opts.Federation(FederatedRule{Ref: r.ref, Counter: r.id, Rule: r.galeRule, Federation: *pd.Federation})
 	if err != nil {
 		return nil, err
 	}

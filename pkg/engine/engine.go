@@ -1,6 +1,7 @@
 // Package engine compiles a rate-limit policy into limiters and answers
 // requests with it: descriptor matching with envoyproxy/ratelimit's
-// semantics, counter keys no descriptor value can collide, several limits per
+// semantics, counter keys no descriptor value can collide and no rename,
+// reorder or change of figures resets (key.go), several limits per
 // descriptor (a request one of them denies consumes nothing from the others),
 // shadow and quota modes, replaces, and an atomic swap of the whole policy on
 // reload. It knows nothing of gRPC, protobuf or Prometheus: the adapter turns
@@ -57,7 +58,12 @@ type Options struct {
 
 // FederatedRule is a federated rule, for Options.Federation.
 type FederatedRule struct {
-	Ref        RuleRef
+	Ref RuleRef
+	// Counter is the rule's counter identity (domain, descriptor path,
+	// period, algorithm): the same for every policy in which the rule
+	// counts the same requests, whatever its name, place or figures, so
+	// what a process carries for the rule across reloads can be kept by it.
+	Counter    string
 	Rule       gale.Rule
 	Federation policy.Federation
 }

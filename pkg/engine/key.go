@@ -1,19 +1,65 @@
 package engine
 
-import "strconv"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+)
 
 // Keys. A counter's key is the concatenation of length-prefixed fields:
 //
 //	len(domain) ":" domain  len(rule) ":" rule  { len(key) ":" key  len(value) ":" value }
 //
-// where rule is the rule's fingerprint. The length prefix makes the encoding
-// injective: no descriptor value, whatever bytes it holds (colons, digits,
-// braces, NULs), can make two different (domain, rule, entries) share a key.
+// where rule is the rule's counter identity (counterID). The length prefix
+// makes the encoding injective: no descriptor value, whatever bytes it holds
+// (colons, digits, braces, NULs), can make two different (domain, rule,
+// entries) share a key.
 //
 // A fair rule counts every tenant in one counter, whose key leaves the
 // tenant's value out (an empty field); the key the engine hands the rule's
 // limit is that counter's key followed by the tenant as one more field
 // (fairKey), which splitTenant takes apart again.
+//
+// A counter is what it counts, and nothing else: the domain, the path of
+// descriptors down to the rule (each level's key and value as written in
+// the policy: a wildcard pattern, or empty for a key alone), the period
+// (unit × unit_multiplier) and the algorithm, whose stored states mean
+// different things. A limit's name is a label (metrics, replaces) and its
+// place in rate_limits an accident of writing: neither is counted, so a
+// reload that names, renames or reorders a limit keeps its counts. Nor are
+// its figures (requests_per_unit, burst), as upstream keys a counter by
+// domain, descriptor and window only: a reload that changes them keeps the
+// count, which the new figures judge (gale.State says how). Two limits of
+// one descriptor with one identity would count every request twice in one
+// counter: the policy refuses them (policy: "counts the same requests"),
+// rather than tell them apart by anything that is not what they count.
+//
+// Nor is the mode: strict, cached_deny and leased limiters of one rule
+// count in the same keys (a federated rule counts at its coordinator). A
+// reload that changes a rule builds a new limiter over the same keys, and
+// the old one, once no request uses it, returns its leased credits to
+// them (handover.go), so they reach the new limiter's counters. These keys
+// replaced ones that carried the name or place and a bucket's figures:
+// counts restarted once, at that upgrade (README, Reload).
+
+// counterID is the identity of a counter (the rule field of its keys): a
+// hash of domain, the descriptor path (descPath: each level's key and value
+// as appendField fields) and what the stored state means (algorithm,
+// period, calendar), each length-prefixed so no two identities encode
+// alike. 64 bits of SHA-256: a collision among a policy's rules is as
+// likely as a random one, about 3·10⁻¹² among 10⁴ rules.
+func counterID(domain, descPath string, r gale.Rule) string {
+	b := appendField(nil, domain)
+	b = appendField(b, descPath)
+	b = appendField(b, r.Algorithm.String())
+	b = appendField(b, strconv.FormatInt(int64(r.Period/time.Microsecond), 10))
+	b = appendField(b, r.Calendar.String())
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
 
 // appendField appends one length-prefixed field.
 func appendField(b []byte, s string) []byte {

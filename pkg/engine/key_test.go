@@ -4,6 +4,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
 // TestCounterKeyIsInjective: for random (domain, rule, entries) tuples built
@@ -119,5 +122,50 @@ func words(rng *rand.Rand, alphabet string, max int) func() string {
 			b[i] = alphabet[rng.IntN(len(alphabet))]
 		}
 		return string(b)
+	}
+}
+
+// TestCounterIDIsWhatItCounts: a counter's identity changes with its
+// domain, descriptor path, period and algorithm, and with nothing else (a
+// limit's figures); paths that a naive join would merge stay apart.
+func TestCounterIDIsWhatItCounts(t *testing.T) {
+	path := func(kv ...string) string {
+		var b []byte
+		for _, s := range kv {
+			b = appendField(b, s)
+		}
+		return string(b)
+	}
+	perDay := gale.Rule{Algorithm: gale.FixedWindow, Limit: 500, Period: 24 * time.Hour}
+	id := counterID("d", path("user", ""), perDay)
+	same := []gale.Rule{
+		{Algorithm: gale.FixedWindow, Limit: 300, Period: 24 * time.Hour},
+		{Algorithm: gale.FixedWindow, Limit: 1 << 40, Period: 24 * time.Hour},
+	}
+	for _, r := range same {
+		if got := counterID("d", path("user", ""), r); got != id {
+			t.Errorf("%v: identity %s, want %s (figures are not counted)", r, got, id)
+		}
+	}
+	bucket := gale.Rule{Algorithm: gale.GCRA, Limit: 50, Period: time.Second, Burst: 100}
+	if counterID("d", path("user", ""), bucket) != counterID("d", path("user", ""), gale.Rule{Algorithm: gale.GCRA, Limit: 10, Period: time.Second, Burst: 99}) {
+		t.Error("a bucket's rate and burst changed its identity")
+	}
+	other := map[string]string{
+		"domain":    counterID("e", path("user", ""), perDay),
+		"key":       counterID("d", path("team", ""), perDay),
+		"value":     counterID("d", path("user", "u"), perDay),
+		"depth":     counterID("d", path("user", "", "user", ""), perDay),
+		"period":    counterID("d", path("user", ""), gale.Rule{Algorithm: gale.FixedWindow, Limit: 500, Period: time.Hour}),
+		"algorithm": counterID("d", path("user", ""), gale.Rule{Algorithm: gale.SlidingWindow, Limit: 500, Period: 24 * time.Hour}),
+		"a_b alone": counterID("d", path("a_b", ""), perDay),
+		"a then b":  counterID("d", path("a", "b"), perDay),
+	}
+	seen := map[string]string{id: "the base"}
+	for what, got := range other {
+		if was, dup := seen[got]; dup {
+			t.Errorf("%s: identity %s, the same as %s", what, got, was)
+		}
+		seen[got] = what
 	}
 }

@@ -10,19 +10,36 @@ import (
 //
 //	fixed window, quota: Window, Used
 //	sliding window:      Window, Used, Prev
-//	GCRA:                TAT
+//	GCRA:                TAT, Rate, Refilled
 //	token bucket:        Tokens, Refilled
 //
 // All instants are Unix microseconds. A state is meaningless after the
 // ExpireAt its last Take reported: from then on it answers exactly as the zero
 // State does, so a store may drop it.
+//
+// A state outlives a change of its rule's figures, Limit and Burst (the
+// engine keeps a key across a reload that changes them, as long as the
+// algorithm and the Period stay): the new rule reads what the old one
+// stored as if it had been in force since the state was written, so a
+// changed figure neither resets nor refills a key. A window's count is
+// judged by the new Limit (a count above it denies until the window ends).
+// A token bucket keeps its tokens, at most the new Burst, refilled at the
+// new rate since they were stored. A GCRA bucket keeps its level, the units
+// not yet drained when it was stored, drained at the new rate since then:
+// its TAT depends on the rate, so the state records the Rate and the
+// instant (Refilled) it was written at, and a rule of another Limit
+// converts it. A level above a shrunk Burst drains below it before the
+// bucket admits again. A converted state still lapses at the ExpireAt the
+// old figures gave it: a key nobody asks after a lowered rate reads as a
+// fresh one from the instant the old rate would have refilled it.
 type State struct {
 	Window   int64   // start of the window Used counts
 	Used     int64   // units taken in that window
 	Prev     int64   // units taken in the window before it (sliding window)
 	TAT      int64   // theoretical arrival time (GCRA); 0 when idle
+	Rate     int64   // the Limit TAT was written at (GCRA); 0 = the reading rule's
 	Tokens   float64 // tokens held at Refilled (token bucket)
-	Refilled int64   // when Tokens was last brought up to date; 0 = never used
+	Refilled int64   // when Tokens, or TAT and Rate, were last written; 0 = never
 }
 
 // Outcome is a strategy's answer, in Unix microseconds.
@@ -141,7 +158,7 @@ func (r Rule) view(s State, now int64) view {
 			v.prev = s.Used
 		}
 	case GCRA:
-		v.tat = s.TAT
+		v.tat = r.convertTAT(s)
 		if v.tat < now {
 			v.tat = now
 		}
@@ -152,8 +169,34 @@ func (r Rule) view(s State, now int64) view {
 		if s.Refilled == 0 {
 			v.tokens, v.last = float64(r.Capacity()), now
 		}
+		// Tokens stored under a larger Burst: a bucket holds at most its
+		// capacity (under an unchanged rule tokens never exceed it).
+		if c := float64(r.Capacity()); v.tokens > c {
+			v.tokens = c
+		}
 	}
 	return v
+}
+
+// maxPeriodUS is MaxPeriod in microseconds.
+const maxPeriodUS = int64(MaxPeriod / time.Microsecond)
+
+// convertTAT is the TAT of GCRA state s in r's terms. A TAT written at
+// another rate (s.Rate, per the same Period) at s.Refilled held a level of
+// (TAT−Refilled)·Rate/Period units then; r keeps that level and drains it
+// at its own Limit from then on: TAT' = Refilled + ⌈(TAT−Refilled)·Rate/Limit⌉,
+// within MaxPeriod of Refilled so every instant stays exact. It does not
+// depend on the instant of the reading: a converted state answers as one r
+// had written.
+func (r Rule) convertTAT(s State) int64 {
+	if s.Rate == 0 || s.Rate == r.Limit || s.Refilled == 0 || s.TAT <= s.Refilled {
+		return s.TAT
+	}
+	d := math.Ceil(float64(s.TAT-s.Refilled) * float64(s.Rate) / float64(r.Limit))
+	if d > float64(maxPeriodUS) {
+		d = float64(maxPeriodUS)
+	}
+	return s.Refilled + int64(d)
 }
 
 func (r Rule) periodUS() int64 { return int64(r.Period / time.Microsecond) }
@@ -267,7 +310,7 @@ func (v view) state(r Rule) State {
 	case SlidingWindow:
 		return State{Window: v.ws, Used: v.cur, Prev: v.prev}
 	case GCRA:
-		return State{TAT: v.tat}
+		return State{TAT: v.tat, Rate: r.Limit, Refilled: v.at}
 	case TokenBucket:
 		return State{Tokens: v.tokens, Refilled: v.last}
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,6 +150,52 @@ func (r *reader) limit(n *yaml.Node, field string) *Limit {
 	}
 	r.limits = append(r.limits, src)
 	return l
+}
+
+// checkCounters refuses two limits of one descriptor that would count in
+// one counter. A counter is what it counts: the domain, the descriptor
+// path, the period (unit × unit_multiplier) and the algorithm — not the
+// limit's name, which is a label, nor its place in rate_limits, nor its
+// figures, so that a reload renaming, reordering or re-figuring a limit
+// keeps its count (pkg/engine, key.go). Two limits alike in period and
+// algorithm would share that counter and each count every request, so
+// neither would mean what it says. They are refused rather than told apart
+// by something else, since nothing else is left that is not a label, a
+// place or a figure; and they are never needed: of two windows of one
+// period the smaller limit always binds first, and a second rate of a
+// bucket can be written per another unit (600 per minute beside 100 per
+// second).
+func (r *reader) checkCounters(d *Descriptor) {
+	type counter struct {
+		period    time.Duration
+		algorithm Algorithm
+	}
+	seen := map[counter]*Limit{}
+	for _, l := range d.Limits {
+		if l.Unlimited || l.RequestsPerUnit == 0 || l.Unit == "" {
+			continue // nothing counted
+		}
+		c := counter{l.Period(), l.Algorithm}
+		first, dup := seen[c]
+		if !dup {
+			seen[c] = l
+			continue
+		}
+		hint := ""
+		if l.Algorithm == GCRA || l.Algorithm == TokenBucket {
+			hint = fmt.Sprintf("; a second %s rate can be written per another unit, e.g. unit: minute with 60 × requests_per_unit", l.Algorithm)
+		}
+		r.errorAt(l.Pos, l.Field, fmt.Sprintf("counts the same requests as the limit at line %d: both count per %s with %s, and a counter is the descriptor, the period and the algorithm (a name does not tell limits apart), so the two would share one counter and count every request twice; remove the one that never binds, or give one another period (unit or unit_multiplier)%s",
+			first.Pos.Line, periodText(first), l.Algorithm, hint))
+	}
+}
+
+// periodText is a limit's period as written: "second", "30 × second".
+func periodText(l *Limit) string {
+	if l.UnitMultiplier > 1 {
+		return fmt.Sprintf("%d × %s", l.UnitMultiplier, l.Unit)
+	}
+	return string(l.Unit)
 }
 
 // parseUnit maps a unit name to its Unit the way upstream does: upper-case

@@ -253,6 +253,7 @@ func (r *reader) descriptor(m *yaml.Node, field string, depth int) *Descriptor {
 		d.Limits = append(d.Limits, limit)
 	}
 	d.Limits = append(d.Limits, more...)
+	r.checkCounters(d)
 
 	if d.ShareThreshold && !d.HasWildcard() {
 		r.errorf(shareKey, join(field, "share_threshold"), "share_threshold needs a wildcard value (one with *, e.g. value: /api/*) whose matches share one counter; this descriptor's value is %s", quote(d.Value))

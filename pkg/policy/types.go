@@ -86,7 +86,8 @@ func (d *Descriptor) HasWildcard() bool { return strings.Contains(d.Value, "*") 
 // Limit is one rate limit of a descriptor.
 type Limit struct {
 	// Name identifies the limit for `replaces` and in metrics and responses;
-	// optional.
+	// optional. It is a label: the limit's counter does not depend on it
+	// (checkCounters).
 	Name string
 	// Unlimited limits are never counted and always OK; they carry no unit.
 	Unlimited bool

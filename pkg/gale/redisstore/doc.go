@@ -7,7 +7,7 @@
 // # What it stores
 //
 // The state of one key under one rule is one Redis hash with the fields of
-// gale.State — w (Window), c (Used), p (Prev), t (TAT), k (Tokens),
+// gale.State — w (Window), c (Used), p (Prev), t (TAT), r (Rate), k (Tokens),
 // u (Refilled) — plus x, the ExpireAt of the last Take, from which on the
 // state counts as the zero State (as the memory store forgets it). Numbers are
 // written with %.17g, so floats round-trip exactly; a missing field is 0. A

@@ -52,7 +52,7 @@ func TestKeyLayout(t *testing.T) {
 	}
 	// Refilled = now, 2 tokens left; full again 1/3 s later, rounded up to
 	// the µs: ExpireAt = now + 333334µs.
-	want := map[string]string{"w": "0", "c": "0", "p": "0", "t": "0", "k": "2", "u": fmt.Sprint(now.UnixMicro()),
+	want := map[string]string{"w": "0", "c": "0", "p": "0", "t": "0", "r": "0", "k": "2", "u": fmt.Sprint(now.UnixMicro()),
 		"x": fmt.Sprint(now.UnixMicro() + 333334)}
 	if fmt.Sprint(h) != fmt.Sprint(want) {
 		t.Fatalf("hash = %v, want %v", h, want)

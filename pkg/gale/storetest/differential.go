@@ -26,7 +26,8 @@ var lastInstant = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 // differently, printing the steps before it. The schedule: a few keys, each
 // with a rule of any strategy and calendar, extreme limits and periods
 // included (a windowed rule sometimes changes to another windowed rule, as
-// their states share fields); costs up to above capacity; checks, leases and
+// their states share fields; a bucket's limit and burst sometimes change,
+// as a reload changes them); costs up to above capacity; checks, leases and
 // returns (of live, stale and made-up windows, of -1 to credits+1 units);
 // clock steps onto window boundaries, retry and reset instants and a
 // microsecond either side, and jumps across months and years; stale stamps
@@ -55,6 +56,27 @@ func randomRule(rng *rand.Rand) gale.Rule {
 			return r
 		}
 	}
+}
+
+// newFigures is r with another limit or burst, or both (the algorithm and
+// the period kept), or r when the draw makes no valid rule.
+func newFigures(rng *rand.Rand, r gale.Rule) gale.Rule {
+	nr := r
+	switch rng.IntN(3) {
+	case 0:
+		nr.Limit = 1 + rng.Int64N(2*r.Limit+1)
+	case 1:
+		nr.Burst = rng.Int64N(2*r.Capacity() + 2)
+	default:
+		nr.Limit = randomRule(rng).Limit
+		nr.Burst = min(rng.Int64N(3*nr.Limit+1), gale.MaxLimit)
+	}
+	nr.Limit, nr.Burst = min(nr.Limit, gale.MaxLimit), min(nr.Burst, gale.MaxLimit)
+	fill := float64(nr.Capacity()) * float64(nr.Period/us) / float64(nr.Limit)
+	if nr.Validate() != nil || fill >= 30*365*24*3600e6 {
+		return r
+	}
+	return nr
 }
 
 func randomCost(rng *rand.Rand, r gale.Rule) int64 {
@@ -109,14 +131,20 @@ func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
 	}
 	for i := 0; i < steps; i++ {
 		k := rng.IntN(len(keys))
-		if rng.IntN(25) == 0 && keys[k].rule.Windowed() {
+		switch {
+		case rng.IntN(25) > 0:
+		case keys[k].rule.Windowed():
 			// The state of one windowed rule read by another (they share the
-			// fields w, c and p). Bucket states stay with their rule: read by
-			// another they leave the range the arithmetic is exact in (tokens
-			// above the capacity give a fill time below −2^53).
+			// fields w, c and p).
 			if nr := randomRule(rng); nr.Windowed() {
 				keys[k].rule = nr
 			}
+		default:
+			// A bucket's figures change, as a reload that changes a limit's
+			// rate or burst does (the engine keeps the key: same algorithm,
+			// same period): the state is read by the new figures, and
+			// returns of the old figures' leases still arrive.
+			keys[k].rule = newFigures(rng, keys[k].rule)
 		}
 		key, r := keys[k].name, keys[k].rule
 		next := now

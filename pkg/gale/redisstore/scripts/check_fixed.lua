@@ -7,7 +7,7 @@
 -- spends on a script call and on TIME is shared by the checks of a batch.
 --
 -- KEYS[i]      the state hash of check i (fields as in prelude.lua; a fixed
---              window writes w, c and x, and p, t, k and u stay 0)
+--              window writes w, c and x, and p, t, r, k and u stay 0)
 -- ARGV[4i-3]   its limit
 -- ARGV[4i-2]   its period, µs
 -- ARGV[4i-1]   its now, Unix µs; empty: Redis's clock (TIME, read once)
@@ -77,7 +77,7 @@ for i = 1, #KEYS do
       else
         local format = string.format
         call('HSET', KEY, 'w', format('%d', ws), 'c', format('%d', used), 'p', '0',
-          't', '0', 'k', '0', 'u', '0', 'x', format('%d', we))
+          't', '0', 'r', '0', 'k', '0', 'u', '0', 'x', format('%d', we))
         call('PEXPIREAT', KEY, format('%d', math.ceil(we / 1000)))
       end
       granted, remaining = COST, LIMIT - used

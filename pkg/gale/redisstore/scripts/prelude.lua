@@ -1,7 +1,7 @@
 -- The prelude of every script (then window.lua, strategy.lua and the
 -- operation's own file): the arguments, and the state in its hash.
 --
--- KEYS[1]  the state hash: w Window, c Used, p Prev, t TAT, k Tokens,
+-- KEYS[1]  the state hash: w Window, c Used, p Prev, t TAT, r Rate, k Tokens,
 --          u Refilled, x ExpireAt (the state is the zero State from x on)
 -- ARGV[1]  algorithm (1 fixed, 2 sliding, 3 GCRA, 4 token bucket, 5 quota)
 -- ARGV[2]  limit
@@ -38,6 +38,7 @@ if NOW == nil then
 end
 
 local US_PER_DAY = 86400000000
+local MAX_PERIOD_US = 316224000000000 -- maxPeriodUS: gale.MaxPeriod in µs
 local RETRY_PROBES = 8 -- retryProbes
 
 -- floorDiv: exact for integers below 2^53 (fmod is exact, and so is the
@@ -65,14 +66,14 @@ local function field(v, name)
 end
 
 local function load_state()
-  local h = call('HMGET', KEY, 'w', 'c', 'p', 't', 'k', 'u', 'x')
+  local h = call('HMGET', KEY, 'w', 'c', 'p', 't', 'r', 'k', 'u', 'x')
   local s = {
     w = field(h[1], 'w'), c = field(h[2], 'c'), p = field(h[3], 'p'),
-    t = field(h[4], 't'), k = field(h[5], 'k'), u = field(h[6], 'u'),
-    x = field(h[7], 'x'),
+    t = field(h[4], 't'), r = field(h[5], 'r'), k = field(h[6], 'k'),
+    u = field(h[7], 'u'), x = field(h[8], 'x'),
   }
   if s.x <= NOW then
-    return { w = 0, c = 0, p = 0, t = 0, k = 0, u = 0, x = 0 }
+    return { w = 0, c = 0, p = 0, t = 0, r = 0, k = 0, u = 0, x = 0 }
   end
   return s
 end
@@ -100,10 +101,10 @@ end
 local function save(s, expire_at)
   if expire_at == nil then
     call('HSET', KEY, 'w', int(s.w), 'c', int(s.c), 'p', int(s.p),
-      't', int(s.t), 'k', float(s.k), 'u', int(s.u))
+      't', int(s.t), 'r', int(s.r), 'k', float(s.k), 'u', int(s.u))
     return
   end
   call('HSET', KEY, 'w', int(s.w), 'c', int(s.c), 'p', int(s.p),
-    't', int(s.t), 'k', float(s.k), 'u', int(s.u), 'x', int(expire_at))
+    't', int(s.t), 'r', int(s.r), 'k', float(s.k), 'u', int(s.u), 'x', int(expire_at))
   call('PEXPIREAT', KEY, int(-floordiv(-expire_at, 1000)))
 end

@@ -51,6 +51,19 @@ local function clock(s)
   return NOW
 end
 
+-- Rule.convertTAT: a TAT written at another rate (s.r) at s.u keeps the
+-- level it held then, drained at LIMIT since, within MAX_PERIOD_US of s.u.
+local function convert_tat(s)
+  if s.r == 0 or s.r == LIMIT or s.u == 0 or s.t <= s.u then
+    return s.t
+  end
+  local d = ceil((s.t - s.u) * s.r / LIMIT)
+  if d > MAX_PERIOD_US then
+    d = MAX_PERIOD_US
+  end
+  return s.u + d
+end
+
 -- Rule.view
 local function view(s, now)
   local v = { ws = 0, we = 0, cur = 0, prev = 0, tat = 0, tokens = 0, last = 0, at = now }
@@ -67,7 +80,7 @@ local function view(s, now)
       v.prev = s.c
     end
   elseif ALG == 3 then
-    v.tat = s.t
+    v.tat = convert_tat(s)
     if v.tat < now then
       v.tat = now
     end
@@ -76,6 +89,10 @@ local function view(s, now)
     v.tokens, v.last = s.k, s.u
     if s.u == 0 then
       v.tokens, v.last = CAP, now
+    end
+    -- Tokens stored under a larger burst: at most the capacity.
+    if v.tokens > CAP then
+      v.tokens = CAP
     end
   end
   return v
@@ -160,13 +177,13 @@ end
 
 -- view.state
 local function state_of(v)
-  local s = { w = 0, c = 0, p = 0, t = 0, k = 0, u = 0 }
+  local s = { w = 0, c = 0, p = 0, t = 0, r = 0, k = 0, u = 0 }
   if ALG == 1 or ALG == 5 then
     s.w, s.c = v.ws, v.cur
   elseif ALG == 2 then
     s.w, s.c, s.p = v.ws, v.cur, v.prev
   elseif ALG == 3 then
-    s.t = v.tat
+    s.t, s.r, s.u = v.tat, LIMIT, v.at
   elseif ALG == 4 then
     s.k, s.u = v.tokens, v.last
   end
