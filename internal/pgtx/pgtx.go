@@ -6,6 +6,7 @@ package pgtx
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,18 @@ import (
 // transaction's start, which now() would be). extract(epoch ...) is numeric
 // from PostgreSQL 14 on, so the product is exact.
 const ClockMicros = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+
+// MaxIdentifier is PostgreSQL's longest identifier, in bytes: a longer one
+// is truncated, so two table prefixes could name one table.
+const MaxIdentifier = 63
+
+// PrefixError is the error for a table prefix that is not a plain
+// identifier (PlainIdentifier) of at most max bytes, max being
+// MaxIdentifier less the longest suffix the coordinator derives names with;
+// a coordinator exports it as its ErrTable.
+func PrefixError(pkg string, max int) error {
+	return fmt.Errorf("%s: table prefix must be 1..%d bytes of [a-z0-9_], not starting with a digit", pkg, max)
+}
 
 // RollbackTimeout bounds the ROLLBACK Release sends for a connection left
 // inside a transaction.
@@ -82,4 +95,47 @@ func Release(conn *pgxpool.Conn) {
 		cancel()
 	}
 	conn.Release()
+}
+
+// End sends on conn, in one round trip, the writes queued in b, then COMMIT
+// (or ROLLBACK), then whatever after queues (statements to run outside the
+// transaction, whose errors are ignored; nil for none). The i-th write must
+// touch rows[i] rows: a write that fails (a unique violation: a lock that
+// did not hold) aborts the transaction, so the pipelined COMMIT commits
+// nothing; a count that is off is reported as an error, though by then the
+// COMMIT queued behind it has run.
+func End(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, rows []int64, commit bool, after func(*pgx.Batch)) error {
+	if len(rows) != b.Len() {
+		return fmt.Errorf("pgtx: %d writes queued, %d row counts", b.Len(), len(rows))
+	}
+	if commit {
+		b.Queue("COMMIT")
+	} else {
+		b.Queue("ROLLBACK")
+	}
+	if after != nil {
+		after(b)
+	}
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	for _, want := range rows {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != want {
+			return fmt.Errorf("%s touched %d rows, want %d", tag, tag.RowsAffected(), want)
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if commit && tag.String() != "COMMIT" {
+		return fmt.Errorf("commit answered %q", tag)
+	}
+	if after != nil {
+		return nil // what ran after the transaction is only ever opportunistic
+	}
+	return br.Close()
 }

@@ -55,8 +55,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Coordinator, e
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
-	if err := checkTable(opts.Table); err != nil {
-		return nil, fmt.Errorf("%w (got %q)", err, opts.Table)
+	if !pgtx.PlainIdentifier(opts.Table, MaxTable) {
+		return nil, fmt.Errorf("%w (got %q)", ErrTable, opts.Table)
 	}
 	c := &Coordinator{pool: pool, serverTime: opts.ServerTime, sql: newStatements(opts.Table)}
 	if _, err := pool.Exec(ctx, c.sql.create); err != nil {
@@ -103,7 +103,7 @@ func (c *Coordinator) heartbeat(ctx context.Context, gate string, rep distribute
 	key := []byte(gate)
 	var recs []distributed.Record
 	us := callers
-	conn, err := c.begin(ctx, func(b *pgx.Batch) {
+	conn, err := pgtx.Begin(ctx, c.pool, func(b *pgx.Batch) {
 		b.Queue(begin)
 		b.Queue(c.sql.lockGate, key)
 		if c.serverTime {
@@ -129,7 +129,7 @@ func (c *Coordinator) heartbeat(ctx context.Context, gate string, rep distribute
 	if err != nil {
 		return distributed.Grant{}, nil, err
 	}
-	defer c.release(conn)
+	defer pgtx.Release(conn) // rolls back what a failure left open
 
 	next, g, refused := distributed.Beat(recs, rep, cfg, us)
 	var b pgx.Batch
@@ -138,7 +138,7 @@ func (c *Coordinator) heartbeat(ctx context.Context, gate string, rep distribute
 		rows = c.queueWrites(&b, key, recs, next, rep.Node)
 	}
 	// A stale or refused report rolls back: it changed nothing.
-	if err := c.end(ctx, conn, &b, rows, len(rows) > 0); err != nil {
+	if err := pgtx.End(ctx, conn, &b, rows, len(rows) > 0, nil); err != nil {
 		return distributed.Grant{}, nil, err
 	}
 	return g, refused, nil
@@ -237,57 +237,4 @@ func scanRecords(rows pgx.Rows, err error) ([]distributed.Record, error) {
 		recs = append(recs, r)
 	}
 	return recs, rows.Err()
-}
-
-// begin acquires a connection and sends, in one round trip, the batch queue
-// builds, which opens a transaction and locks what the heartbeat needs,
-// reading its replies with read. It returns the connection, its transaction
-// open. A pooled connection may be dead (the server restarted since it was
-// last used); when the connection died under the batch nothing can have
-// been committed, so begin tries once more, on another.
-func (c *Coordinator) begin(ctx context.Context, queue func(*pgx.Batch), read func(pgx.BatchResults) error) (*pgxpool.Conn, error) {
-	return pgtx.Begin(ctx, c.pool, queue, read)
-}
-
-// end sends, in one round trip, the writes queued in b, then COMMIT (or
-// ROLLBACK). The i-th write must touch rows[i] rows. A write that fails
-// (an insert's unique violation: the gate's lock did not hold) aborts the
-// transaction, so the pipelined COMMIT commits nothing. A count that is
-// off, which only a writer outside this package can cause (an operator
-// deleting a gate's rows), is reported as an error, though by then the
-// COMMIT queued behind it has run: Heartbeat's errors leave it open
-// whether the beat was recorded.
-func (c *Coordinator) end(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, rows []int64, commit bool) error {
-	if commit {
-		b.Queue("COMMIT")
-	} else {
-		b.Queue("ROLLBACK")
-	}
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	for _, want := range rows {
-		tag, err := br.Exec()
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != want {
-			return fmt.Errorf("%s touched %d rows, want %d", tag, tag.RowsAffected(), want)
-		}
-	}
-	tag, err := br.Exec()
-	if err != nil {
-		return err
-	}
-	if commit && tag.String() != "COMMIT" {
-		return fmt.Errorf("commit answered %q", tag)
-	}
-	return br.Close()
-}
-
-// release returns conn to the pool, rolling back a transaction a failure
-// left open: the pool would otherwise close the connection, and a bad gate
-// name (one too long for the primary key's index, say) would cost one
-// connection per call.
-func (c *Coordinator) release(conn *pgxpool.Conn) {
-	pgtx.Release(conn)
 }

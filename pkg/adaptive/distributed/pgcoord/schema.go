@@ -17,24 +17,12 @@ const DefaultTable = "throttlekit_adaptive"
 // index) it stays within PostgreSQL's 63-byte identifiers, which the
 // server would otherwise truncate, and two prefixes could then name one
 // table.
-const MaxTable = 63 - len("_nodes_pkey")
+const MaxTable = pgtx.MaxIdentifier - len("_nodes_pkey")
 
 // ErrTable is returned by New for an Options.Table that is not a plain SQL
 // identifier: 1..MaxTable bytes of lowercase ASCII letters, digits and
 // underscores, not starting with a digit.
-var ErrTable = fmt.Errorf("pgcoord: table prefix must be 1..%d bytes of [a-z0-9_], not starting with a digit", MaxTable)
-
-// checkTable returns ErrTable unless name is a plain lowercase SQL
-// identifier of at most MaxTable bytes (pgtx.PlainIdentifier).
-func checkTable(name string) error {
-	if !pgtx.PlainIdentifier(name, MaxTable) {
-		return ErrTable
-	}
-	return nil
-}
-
-// clockMicros is the database's clock in Unix microseconds.
-const clockMicros = pgtx.ClockMicros
+var ErrTable = pgtx.PrefixError("pgcoord", MaxTable)
 
 // begin opens a heartbeat's transaction. READ COMMITTED is spelled out
 // rather than inherited from default_transaction_isolation: the read of
@@ -125,6 +113,6 @@ CREATE TABLE IF NOT EXISTS %s (
 	applied_gen = $8, expires_at = $9, share = $10, gen = $11, high = $12 WHERE gate = $1 AND node = $2`,
 		deleteNodes: `DELETE FROM ` + nodes + ` WHERE gate = $1 AND node = ANY($2::bytea[])`,
 		leaveNode:   `DELETE FROM ` + nodes + ` WHERE gate = $1 AND node = $2 AND instance = $3`,
-		clock:       `SELECT ` + clockMicros,
+		clock:       `SELECT ` + pgtx.ClockMicros,
 	}
 }

@@ -66,8 +66,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Coordinator, e
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
-	if err := checkTable(opts.Table); err != nil {
-		return nil, fmt.Errorf("%w (got %q)", err, opts.Table)
+	if !pgtx.PlainIdentifier(opts.Table, MaxTable) {
+		return nil, fmt.Errorf("%w (got %q)", ErrTable, opts.Table)
 	}
 	c := &Coordinator{pool: pool, serverTime: opts.ServerTime, sql: newStatements(opts.Table, opts.ServerTime)}
 	switch {
@@ -135,7 +135,7 @@ func (c *Coordinator) lease(ctx context.Context, key string, rule gale.Rule, min
 	k := storedKey(key)
 	var row budgetRow
 	us := callers
-	conn, err := c.begin(ctx, func(b *pgx.Batch) {
+	conn, err := pgtx.Begin(ctx, c.pool, func(b *pgx.Batch) {
 		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // pinned: a pool defaulting to repeatable read would read from a snapshot older than the lock
 		b.Queue(c.sql.lockBudget, k)
 		b.Queue(c.sql.selectBudget, k)
@@ -163,7 +163,7 @@ func (c *Coordinator) lease(ctx context.Context, key string, rule gale.Rule, min
 	if err != nil {
 		return gale.Grant{}, err
 	}
-	defer c.release(conn)
+	defer pgtx.Release(conn) // rolls back what a failure left open
 	next, o := rule.Take(row.at(us), us, min, max)
 	var b pgx.Batch
 	if o.Granted > 0 {
@@ -215,7 +215,7 @@ func (c *Coordinator) reconcile(ctx context.Context, key string, rule gale.Rule,
 		us, marked  int64
 		budgetFound bool
 	)
-	conn, err := c.begin(ctx, func(b *pgx.Batch) {
+	conn, err := pgtx.Begin(ctx, c.pool, func(b *pgx.Batch) {
 		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // pinned: a pool defaulting to repeatable read would read from a snapshot older than the lock
 		if c.serverTime {
 			b.Queue(c.sql.mark, k, we, token)
@@ -240,7 +240,7 @@ func (c *Coordinator) reconcile(ctx context.Context, key string, rule gale.Rule,
 	if err != nil {
 		return 0, err
 	}
-	defer c.release(conn)
+	defer pgtx.Release(conn) // rolls back what a failure left open
 	var b pgx.Batch
 	switch {
 	case we <= us:
@@ -265,56 +265,20 @@ func (c *Coordinator) Healthy(ctx context.Context) error {
 	return nil
 }
 
-// begin acquires a connection and sends, in one round trip, the batch queue
-// builds, which opens a transaction and locks what the operation needs,
-// reading its replies with read. It returns the connection, its transaction
-// open. A pooled connection may be dead (the server restarted since it was
-// last used); when the connection died under the batch nothing can have
-// been committed, so begin tries once more, on another.
-func (c *Coordinator) begin(ctx context.Context, queue func(*pgx.Batch), read func(pgx.BatchResults) error) (*pgxpool.Conn, error) {
-	return pgtx.Begin(ctx, c.pool, queue, read)
-}
-
-// end sends, in one round trip, the writes queued in b, then COMMIT (or
-// ROLLBACK), then, every CleanupEvery-th operation, a bounded cleanup of
-// what expired at now. Each write must touch one row. The cleanup runs
-// after the transaction, outside it, and its errors are ignored: it is only
-// ever opportunistic.
+// end commits (or rolls back) the writes queued in b, each of which must
+// touch one row, and every CleanupEvery-th operation sweeps, after the
+// transaction, what expired at now (pgtx.End; the sweep is opportunistic).
 func (c *Coordinator) end(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, commit bool, now int64) error {
-	writes := b.Len()
-	if commit {
-		b.Queue("COMMIT")
-	} else {
-		b.Queue("ROLLBACK")
+	rows := make([]int64, b.Len())
+	for i := range rows {
+		rows[i] = 1
 	}
+	var sweep func(*pgx.Batch)
 	if c.cleanupEvery > 0 && c.ops.Add(1)%c.cleanupEvery == 0 {
-		b.Queue(c.sql.sweepBudgets, now, c.sweepLimit)
-		b.Queue(c.sql.sweepMarks, now, c.sweepLimit)
-	}
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	for range writes {
-		tag, err := br.Exec()
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("%s touched %d rows, want 1", tag, tag.RowsAffected())
+		sweep = func(b *pgx.Batch) {
+			b.Queue(c.sql.sweepBudgets, now, c.sweepLimit)
+			b.Queue(c.sql.sweepMarks, now, c.sweepLimit)
 		}
 	}
-	tag, err := br.Exec()
-	if err != nil {
-		return err
-	}
-	if commit && tag.String() != "COMMIT" {
-		return fmt.Errorf("commit answered %q", tag)
-	}
-	return nil
-}
-
-// release returns conn to the pool, rolling back a transaction a failure
-// left open: the pool would otherwise close the connection, and a refused
-// request would cost one connection per call.
-func (c *Coordinator) release(conn *pgxpool.Conn) {
-	pgtx.Release(conn)
+	return pgtx.End(ctx, conn, b, rows, commit, sweep)
 }

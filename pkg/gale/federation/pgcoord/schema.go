@@ -17,24 +17,12 @@ const DefaultTable = "throttlekit_federation"
 // key index) it stays within PostgreSQL's 63-byte identifiers, which the
 // server would otherwise truncate, and two prefixes could then name one
 // table.
-const MaxTable = 63 - len("_reconcile_pkey")
+const MaxTable = pgtx.MaxIdentifier - len("_reconcile_pkey")
 
 // ErrTable is returned by New for an Options.Table that is not a plain SQL
 // identifier: 1..MaxTable bytes of lowercase ASCII letters, digits and
 // underscores, not starting with a digit.
-var ErrTable = fmt.Errorf("pgcoord: table prefix must be 1..%d bytes of [a-z0-9_], not starting with a digit", MaxTable)
-
-// checkTable returns ErrTable unless name is a plain lowercase SQL
-// identifier of at most MaxTable bytes (pgtx.PlainIdentifier).
-func checkTable(name string) error {
-	if !pgtx.PlainIdentifier(name, MaxTable) {
-		return ErrTable
-	}
-	return nil
-}
-
-// clockMicros is the database's clock in Unix microseconds.
-const clockMicros = pgtx.ClockMicros
+var ErrTable = pgtx.PrefixError("pgcoord", MaxTable)
 
 // statements is the SQL of one Coordinator, built once by New for its
 // tables and clock. Parameters are numbered as each comment says.
@@ -76,7 +64,7 @@ func newStatements(prefix string, serverTime bool) statements {
 	h.Write([]byte("throttlekit/pgcoord:" + prefix))
 	now := "$4::bigint"
 	if serverTime {
-		now = clockMicros
+		now = pgtx.ClockMicros
 	}
 	return statements{
 		// fillfactor leaves room on each page for an updated row's new
@@ -101,7 +89,7 @@ CREATE TABLE IF NOT EXISTS %s (
 ON CONFLICT (key) DO UPDATE SET expire_at = b.expire_at WHERE false`,
 		selectBudget: `SELECT window_start, used, prev, expire_at FROM ` + budget + ` WHERE key = $1 FOR NO KEY UPDATE`,
 		updateBudget: `UPDATE ` + budget + ` SET window_start = $2, used = $3, prev = $4, expire_at = $5 WHERE key = $1`,
-		clock:        `SELECT ` + clockMicros,
+		clock:        `SELECT ` + pgtx.ClockMicros,
 		mark: fmt.Sprintf(`WITH clock AS (SELECT %[1]s AS now),
 recorded AS (
 	INSERT INTO %[2]s AS m (key, window_end, token, lapse_at)
