@@ -60,15 +60,11 @@ type pairKey struct{ region, tenant string }
 // pair is one tenant's account in one region for the window.
 // Invariant: 0 ≤ used ≤ demand.
 type pair struct {
-	key      pairKey
-	tenant   *global
-	demand   int64
-	used     int64
-	forecast int64
-	share    int64 // entitlement from the last Allocate
+	account
+	key    pairKey
+	tenant *global
+	share  int64 // entitlement from the last Allocate
 }
-
-func (p *pair) asked() int64 { return max(p.demand, p.forecast) }
 
 // global is a tenant's account over its regions.
 type global struct {
@@ -130,13 +126,10 @@ func (f *Federated) Decide(region, tenant string, cost int64, now time.Time) Dec
 // the pairs that asked in the window just ended with that demand as their
 // forecast, as ledger.roll does.
 func (f *Federated) roll(now time.Time) {
-	if now.Before(f.end) {
+	rolled, next := rollWindow(&f.end, now, f.cfg.window)
+	if !rolled {
 		return
 	}
-	us, w := now.UnixMicro(), f.cfg.window.Microseconds()
-	start := time.UnixMicro(floorDiv(us, w) * w)
-	next := f.end.Equal(start)
-	f.end = start.Add(f.cfg.window)
 	f.used, f.stale = 0, true
 	kept := f.active[:0]
 	for _, p := range f.active {
@@ -144,7 +137,7 @@ func (f *Federated) roll(now time.Time) {
 			delete(f.pairs, p.key)
 			continue
 		}
-		p.forecast, p.demand, p.used = p.demand, 0, 0
+		p.carry()
 		kept = append(kept, p)
 	}
 	clear(f.active[len(kept):])
@@ -209,7 +202,7 @@ func (f *Federated) claimedBesides(p *pair) int64 {
 	var c int64
 	for _, o := range f.active {
 		if o != p {
-			c += max(0, min(f.guarantee(o), o.asked())-o.used)
+			c += o.claimable(f.guarantee(o))
 		}
 	}
 	return c

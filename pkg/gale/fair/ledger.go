@@ -42,17 +42,46 @@ type ledger struct {
 // tenant is one tenant's account for the window.
 // Invariant: 0 ≤ used ≤ demand.
 type tenant struct {
+	account
 	name       string
 	weight     float64
-	configured bool  // weight is from Config.Weights
-	demand     int64 // units asked for in the window, admitted or not
-	used       int64 // units admitted in the window
-	forecast   int64 // units asked for in the previous window
+	configured bool // weight is from Config.Weights
 }
 
-// asked is the tenant's demand seen: what it asked for in this window, or in
-// the previous one when that was more.
-func (t *tenant) asked() int64 { return max(t.demand, t.forecast) }
+// account is what a window knows of one claimant's demand: a tenant's (the
+// ledger), a tenant-region pair's (Federated).
+type account struct {
+	demand   int64 // units asked for in the window, admitted or not
+	used     int64 // units admitted in the window
+	forecast int64 // units asked for in the previous window
+}
+
+// asked is the demand seen: what was asked for in this window, or in the
+// previous one when that was more.
+func (a *account) asked() int64 { return max(a.demand, a.forecast) }
+
+// carry takes a into the window that follows: its demand is the forecast.
+func (a *account) carry() { a.forecast, a.demand, a.used = a.demand, 0, 0 }
+
+// claimable is the part of guarantee within a's demand seen that it has
+// not been admitted: what it has claimed of the budget.
+func (a *account) claimable(guarantee int64) int64 {
+	return max(0, min(guarantee, a.asked())-a.used)
+}
+
+// rollWindow moves *end to the end of the window of w holding now, when
+// now is past it: rolled reports whether it moved, next whether the new
+// window directly follows the old (demand then carries over as forecasts).
+func rollWindow(end *time.Time, now time.Time, w time.Duration) (rolled, next bool) {
+	if now.Before(*end) {
+		return false, false
+	}
+	us, p := now.UnixMicro(), w.Microseconds()
+	start := time.UnixMicro(floorDiv(us, p) * p)
+	next = end.Equal(start)
+	*end = start.Add(w)
+	return true, next
+}
 
 func newLedger(cfg config) *ledger {
 	return &ledger{cfg: cfg, tenants: make(map[string]*tenant), weight: cfg.configured, capacity: cfg.limit}
@@ -64,13 +93,10 @@ func newLedger(cfg config) *ledger {
 // now before the window's start (a clock stepping back) counts in the
 // current window.
 func (l *ledger) roll(now time.Time) {
-	if now.Before(l.end) {
+	rolled, next := rollWindow(&l.end, now, l.cfg.window)
+	if !rolled {
 		return
 	}
-	us, p := now.UnixMicro(), l.cfg.window.Microseconds()
-	start := time.UnixMicro(floorDiv(us, p) * p)
-	next := l.end.Equal(start)
-	l.end = start.Add(l.cfg.window)
 	l.weight, l.used, l.named = l.cfg.configured, 0, 0
 	kept := l.active[:0]
 	for _, t := range l.active {
@@ -82,7 +108,7 @@ func (l *ledger) roll(now time.Time) {
 			}
 			continue
 		}
-		t.forecast, t.demand, t.used = t.demand, 0, 0
+		t.carry()
 		if !t.configured {
 			l.weight += t.weight
 			if t != l.overflow {
@@ -167,7 +193,7 @@ func (l *ledger) claimedBesides(t *tenant) int64 {
 	var c int64
 	for _, o := range l.active {
 		if o != t {
-			c += max(0, min(l.guarantee(o), o.asked())-o.used)
+			c += o.claimable(l.guarantee(o))
 		}
 	}
 	return c
