@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,7 +60,7 @@ func Load(dir string) (*Set, error) {
 		files = append(files, path)
 	}
 	if len(files) == 0 {
-		return nil, emptyError(dir, skipped)
+		return nil, emptyError(dir, skipped, "a policy file is a *.yaml or *.yml file directly in the directory, its name not starting with a dot")
 	}
 	set, err := LoadFiles(files...)
 	if set != nil {
@@ -68,9 +69,60 @@ func Load(dir string) (*Set, error) {
 	return set, err
 }
 
+// LoadTree reads the policy below dir as envoyproxy/ratelimit reads its
+// runtime directory: every file in it and in its subdirectories, whatever
+// its name's extension (config/team-a/api.yaml, config/mongo.conf), one
+// domain per file. Names starting with "." are skipped, files and
+// directories alike (a ConfigMap volume's ..data is reached through its
+// top-level symlinks, which are followed; symlinked directories are not,
+// so no link can make a cycle). Problems and errors are as for Load, and
+// a tree with no file at all wraps ErrEmpty. Dirs is every directory read,
+// for a watcher.
+func LoadTree(dir string) (set *Set, dirs []string, err error) {
+	var files, skipped []string
+	walkErr := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := e.Name()
+		if path != dir && strings.HasPrefix(name, ".") {
+			if !strings.HasPrefix(name, "..") {
+				skipped = append(skipped, name)
+			}
+			if e.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			dirs = append(dirs, path)
+			return nil
+		}
+		// WalkDir does not follow symlinks: Stat does. A symlink to a
+		// directory is not followed (a link could make a cycle).
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			skipped = append(skipped, name+"/")
+			return nil
+		}
+		files = append(files, path)
+		return nil
+	})
+	if walkErr != nil {
+		return nil, dirs, fmt.Errorf("policy: cannot read the policy directory: %w", walkErr)
+	}
+	if len(files) == 0 {
+		return nil, dirs, emptyError(dir, skipped, "every file below the directory is a policy file, its name and its directories' not starting with a dot")
+	}
+	set, err = LoadFiles(files...)
+	if set != nil {
+		set.Dir = dir
+	}
+	return set, dirs, err
+}
+
 // emptyError explains a directory without policy files, naming (a few of)
 // the entries that were skipped.
-func emptyError(dir string, skipped []string) error {
+func emptyError(dir string, skipped []string, rule string) error {
 	what := "it is empty"
 	if len(skipped) > 0 {
 		const most = 5
@@ -79,7 +131,7 @@ func emptyError(dir string, skipped []string) error {
 		if len(skipped) > most {
 			what += fmt.Sprintf(" and %d more", len(skipped)-most)
 		}
-		what += ": a policy file is a *.yaml or *.yml file directly in the directory, its name not starting with a dot"
+		what += ": " + rule
 	}
 	return fmt.Errorf("%w in %s (%s); an empty policy would admit every request, so none is loaded: add a file with domain: <name> and descriptors, or concurrency gates", ErrEmpty, dir, what)
 }

@@ -54,14 +54,22 @@ func (r *reader) document(data []byte) *yaml.Node {
 		}
 		return nil
 	}
-	var next yaml.Node
-	switch err := decode(dec, &next); {
-	case err == nil:
-		r.errorf(&next, "", "a second YAML document starts here; a policy file holds one document (one domain): move it to a file of its own")
-		return nil
-	case !errors.Is(err, io.EOF):
-		r.syntaxError(data, err)
-		return nil
+	// Documents after the first may only be empty: a trailing "---" (which
+	// envoyproxy/ratelimit accepts) is fine; a second domain is not.
+	for {
+		var next yaml.Node
+		err := decode(dec, &next)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			r.syntaxError(data, err)
+			return nil
+		}
+		if len(next.Content) > 0 && !isNull(next.Content[0]) {
+			r.errorf(&next, "", "a second YAML document starts here; a policy file holds one document (one domain): move it to a file of its own")
+			return nil
+		}
 	}
 	if len(doc.Content) == 0 {
 		r.errorf(&doc, "", "no domain: the document is empty (start it with domain: <name>)")

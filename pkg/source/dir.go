@@ -29,33 +29,56 @@ type Dir struct {
 	// to load (an empty directory included: policy.ErrEmpty) or that Apply
 	// refuses; the policy in use stays.
 	OnReject func(err error)
+	// Tree reads every file below Path, subdirectories included and
+	// whatever the extension, as envoyproxy/ratelimit reads its runtime
+	// directory (policy.LoadTree), and watches the subdirectories too;
+	// false reads the *.yaml and *.yml files directly in Path (policy.Load).
+	Tree bool
 }
 
 var _ Source = (*Dir)(nil)
 
 // Load reads the directory once.
-func (d *Dir) Load() (*policy.Set, error) { return policy.Load(d.Path) }
+func (d *Dir) Load() (*policy.Set, error) {
+	set, _, err := d.load()
+	return set, err
+}
+
+// load reads the directory and returns the directories it read.
+func (d *Dir) load() (*policy.Set, []string, error) {
+	if d.Tree {
+		return policy.LoadTree(d.Path)
+	}
+	set, err := policy.Load(d.Path)
+	return set, nil, err
+}
 
 // Run watches the directory until ctx ends and applies what it holds after
 // each burst of changes. It returns an error only when the directory
 // cannot be watched at all.
 func (d *Dir) Run(ctx context.Context, apply Apply) error {
-	return watchDir(ctx, d.Path, d.Debounce, d.Logger, func() {
-		set, err := d.Load()
+	var dirs []string
+	if d.Tree {
+		_, dirs, _ = policy.LoadTree(d.Path) // the subdirectories to watch from the start
+	}
+	return watchDir(ctx, d.Path, d.Debounce, d.Logger, dirs, func() []string {
+		set, dirs, err := d.load()
 		if err == nil {
 			err = apply(ctx, set)
 		}
 		if err != nil && d.OnReject != nil {
 			d.OnReject(err)
 		}
+		return dirs
 	})
 }
 
-// watchDir calls changed after each burst of changes in dir (debounce of
-// quiet folds a burst into one call) until ctx ends. It watches the
-// directory itself: editors' atomic renames and Kubernetes ConfigMap
-// updates are seen. It returns an error only when dir cannot be watched.
-func watchDir(ctx context.Context, dir string, debounce time.Duration, log *slog.Logger, changed func()) error {
+// watchDir calls changed after each burst of changes in dir or in the
+// directories below it that sub and changed name (debounce of quiet folds
+// a burst into one call) until ctx ends. It watches the directories
+// themselves: editors' atomic renames and Kubernetes ConfigMap updates are
+// seen. It returns an error only when dir cannot be watched.
+func watchDir(ctx context.Context, dir string, debounce time.Duration, log *slog.Logger, sub []string, changed func() []string) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -67,6 +90,15 @@ func watchDir(ctx context.Context, dir string, debounce time.Duration, log *slog
 	if err := w.Add(dir); err != nil {
 		return err
 	}
+	watched := map[string]bool{dir: true}
+	watch := func(dirs []string) {
+		for _, d := range dirs {
+			if !watched[d] && w.Add(d) == nil { // a directory gone meanwhile is seen by its parent
+				watched[d] = true
+			}
+		}
+	}
+	watch(sub)
 	var timer *time.Timer
 	var fire <-chan time.Time
 	for {
@@ -78,6 +110,9 @@ func watchDir(ctx context.Context, dir string, debounce time.Duration, log *slog
 				return nil
 			}
 			log.Debug("policy directory changed", "dir", dir, "event", ev.String())
+			if ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 && ev.Name != dir {
+				delete(watched, ev.Name) // gone: watched again if it comes back
+			}
 			if timer == nil {
 				timer = time.NewTimer(debounce)
 			} else {
@@ -91,7 +126,7 @@ func watchDir(ctx context.Context, dir string, debounce time.Duration, log *slog
 			log.Warn("watching the policy directory", "dir", dir, "error", err)
 		case <-fire:
 			fire = nil
-			changed()
+			watch(changed())
 		}
 	}
 }

@@ -83,3 +83,60 @@ func TestDirThatCannotBeWatched(t *testing.T) {
 		t.Fatal("Run on a missing directory returned nil")
 	}
 }
+
+// TestDirTreeWatchesSubdirectories (issue 32, item 4): with Tree, every
+// file below the directory is policy (envoyproxy/ratelimit's runtime
+// layout), and a change in a subdirectory — one there from the start, or
+// one made while watching — is applied.
+func TestDirTreeWatchesSubdirectories(t *testing.T) {
+	dir := t.TempDir()
+	limit := func(domain string, n int) string {
+		return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: " + string(rune('0'+n)) + "}\n"
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "team-a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "team-a"), "api.conf", limit("a", 1))
+	var mu sync.Mutex
+	var last *policy.Set
+	d := &source.Dir{Path: dir, Debounce: time.Millisecond, Tree: true}
+	if set, err := d.Load(); err != nil || len(set.Domains) != 1 {
+		t.Fatalf("Load: %v, %v", set, err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	go d.Run(ctx, func(_ context.Context, set *policy.Set) error { //nolint:errcheck // ends with ctx
+		mu.Lock()
+		last = set
+		mu.Unlock()
+		return nil
+	})
+	limitOf := func(domain string) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		if last == nil {
+			return 0
+		}
+		for _, dm := range last.Domains {
+			if dm.Name == domain {
+				return int64(dm.Descriptors[0].Limits[0].RequestsPerUnit)
+			}
+		}
+		return 0
+	}
+	wait(t, "a change in a subdirectory applied", func() bool {
+		writeFile(t, filepath.Join(dir, "team-a"), "api.conf", limit("a", 2))
+		return limitOf("a") == 2
+	})
+	wait(t, "a new subdirectory's file applied", func() bool {
+		if err := os.MkdirAll(filepath.Join(dir, "team-b"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, "team-b"), "api.yaml", limit("b", 3))
+		return limitOf("b") == 3
+	})
+	wait(t, "a change in the new subdirectory applied", func() bool {
+		writeFile(t, filepath.Join(dir, "team-b"), "api.yaml", limit("b", 4))
+		return limitOf("b") == 4
+	})
+}

@@ -117,7 +117,7 @@ func (x *XDS) Run(ctx context.Context, apply Apply) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := watchDir(ctx, dir, x.opts.OverlayDebounce, x.log, func() { x.reapply(ctx, apply) }); err != nil {
+			if err := watchDir(ctx, dir, x.opts.OverlayDebounce, x.log, nil, func() []string { x.reapply(ctx, apply); return nil }); err != nil {
 				x.log.Error("overlay not watched: its changes apply at the next push", "overlay", dir, "error", err)
 			}
 		}()
