@@ -1,6 +1,6 @@
 # throttlekit sidecar image: a static binary on distroless, running as nonroot.
-#   docker build -t throttlekit .
-#   docker run --rm -p 127.0.0.1:8081:8081 -p 127.0.0.1:8080:8080 throttlekit
+#   docker build -t throttlekit:$(cat VERSION) .
+#   docker run --rm -p 127.0.0.1:8081:8081 -p 127.0.0.1:8080:8080 throttlekit:$(cat VERSION)
 
 FROM golang:1.26 AS build
 WORKDIR /src
@@ -13,7 +13,8 @@ RUN go mod download
 COPY cmd/ cmd/
 COPY pkg/ pkg/
 COPY internal/ internal/
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/throttlekit ./cmd/sidecar
+COPY VERSION ./
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=$(cat VERSION)" -o /out/throttlekit ./cmd/sidecar
 # /bin/ratelimit is envoyproxy/ratelimit's entrypoint: manifests (Envoy
 # Gateway's among them) run `command: [/bin/ratelimit]`. It is this binary
 # under that name, a symlink made here because distroless has no shell; run

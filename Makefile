@@ -7,8 +7,11 @@ BENCHTIME ?= 1s
 
 all: build
 
+# VERSION holds the release's semantic version (CHANGELOG.md); the binary's
+# `version` prints it.
+VERSION := $(shell cat VERSION)
 build:
-	$(GO) build -o bin/throttlekit ./cmd/sidecar
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/throttlekit ./cmd/sidecar
 
 # The test command the README gives and CI runs: formatting, vet, then every
 # test with the race detector. Tests start their own servers (redis-server,

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -139,18 +140,24 @@ func usage(w io.Writer) {
 		"flags are serve's: `throttlekit --policy ./config` is `throttlekit serve --policy ./config`.\n")
 }
 
-// printVersion writes the module version, the commit and the Go version
-// that info (debug.ReadBuildInfo) reports.
+// version is the release's version (the repository's VERSION file), set
+// at build time: go build -ldflags "-X main.version=$(cat VERSION)", as
+// `make build` and the Dockerfile do. Empty in a plain go build.
+var version string
+
+// printVersion writes the release version (version, else the module's),
+// the commit and the Go version that info (debug.ReadBuildInfo) reports.
 func printVersion(w io.Writer, info func() (*debug.BuildInfo, bool)) {
 	bi, ok := info()
 	if !ok {
-		fmt.Fprintf(w, "throttlekit version unknown (built without module information)\n%s\n", runtime.Version())
+		v := "version unknown (built without module information)"
+		if version != "" {
+			v = version
+		}
+		fmt.Fprintf(w, "throttlekit %s\n%s\n", v, runtime.Version())
 		return
 	}
-	version := bi.Main.Version
-	if version == "" {
-		version = "(devel)"
-	}
+	version := cmp.Or(version, bi.Main.Version, "(devel)")
 	vcs := map[string]string{}
 	for _, s := range bi.Settings {
 		vcs[s.Key] = s.Value

@@ -241,6 +241,17 @@ func TestVersionCommand(t *testing.T) {
 	if !strings.Contains(b.String(), "unknown") || !strings.Contains(b.String(), runtime.Version()) {
 		t.Errorf("no build information: %q", b.String())
 	}
+	// A release build (make build, the Dockerfile) sets version from the
+	// VERSION file: it wins over the module's.
+	defer func(was string) { version = was }(version)
+	version = "0.9.0"
+	b.Reset()
+	printVersion(&b, func() (*debug.BuildInfo, bool) {
+		return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true
+	})
+	if !strings.HasPrefix(b.String(), "throttlekit 0.9.0\n") {
+		t.Errorf("a release build's version: %q, want it to start with throttlekit 0.9.0", b.String())
+	}
 }
 
 // TestValidateRefusesAnEmptyDirectory: validate fails on a directory with
