@@ -21,13 +21,19 @@ build:
 # test/e2e runs alone, after the rest: its adaptive gates infer from latency
 # the two cores also spend on other packages' race-detector builds.
 E2E     := github.com/throttlekit/throttlekit/test/e2e
-test: lint
+test: lint test-deps
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -vx '$(E2E)')
 	$(GO) test -race -count=1 -timeout 20m $(E2E)
 	# The peer comparison, a module of its own (test/compare): its adapters,
 	# determinism, defaults, and its bar, TestNoMoreFailuresThanBestPeer, on
 	# every scenario.
 	cd test/compare && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+
+# What the tests need (redis-server, redis-sentinel, prometheus, PostgreSQL),
+# installed when absent (scripts/test-deps.sh says the command when it cannot).
+.PHONY: test-deps
+test-deps:
+	@bash scripts/test-deps.sh
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
