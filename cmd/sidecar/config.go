@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/upstreamenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
@@ -54,21 +55,21 @@ type serveConfig struct {
 	postgresURL string
 	// grpc are the gRPC server's limits (grpcserver.go).
 	grpc grpcLimits
-	// tls is TLS on the listeners (tls.go); zero: plaintext.
+	// tls is TLS on the listeners (tlsflags.go); zero: plaintext.
 	tls listenerTLS
 	// xds, when its url is set, takes the policy from an xDS management
 	// server instead of policyDir (xdsflags.go).
 	xds xdsConfig
-	// tracing exports OpenTelemetry spans (tracing.go).
+	// tracing exports OpenTelemetry spans (tracingflags.go).
 	tracing tracingConfig
 	// healthcheckPolicy and healthcheckStore: what /healthcheck, upstream's
 	// health check, requires besides not shutting down (upstream_health.go).
 	healthcheckPolicy, healthcheckStore bool
 	// upstreamDefaults applies envoyproxy/ratelimit's defaults even when
 	// none of its variables is set; upstream is what serve took from them
-	// (upstream_env.go), for the start log.
+	// (internal/upstreamenv), for the start log.
 	upstreamDefaults bool
-	upstream         *upstreamEnv
+	upstream         *upstreamenv.Env
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveConfig, error) {
@@ -121,10 +122,15 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		return nil, err
 	}
 	// envoyproxy/ratelimit's variables, for the flags still not given
-	// (upstream_env.go).
-	up, err := readUpstream(getenv, c.upstreamDefaults)
+	// (internal/upstreamenv, which reads no environment: it is handed
+	// the variables its table names).
+	environ := map[string]string{}
+	for _, name := range upstreamenv.Names() {
+		environ[name] = getenv(name)
+	}
+	up, err := upstreamenv.Translate(environ, c.upstreamDefaults)
 	if err == nil {
-		err = up.apply(fs)
+		err = up.Apply(fs)
 	}
 	if err == nil {
 		err = applyEnvDefaults(fs, getenv) // below both: the image's defaults
@@ -145,6 +151,31 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	fs.VisitAll(func(f *flag.Flag) {
 		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v := getenv(name); v != "" && !given[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", name, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// envDefaultPrefix starts a variable that sets a flag's default only:
+// THROTTLEKIT_DEFAULT_GRPC_ADDR is --grpc-addr's value when neither the
+// flag, nor THROTTLEKIT_GRPC_ADDR, nor envoyproxy/ratelimit's variables
+// set it. The image sets its defaults so (listen on all interfaces, the
+// example policies): a manifest that runs it as /bin/ratelimit with
+// upstream's variables gets what they say.
+const envDefaultPrefix = envPrefix + "DEFAULT_"
+
+// applyEnvDefaults sets every flag still unset from its
+// THROTTLEKIT_DEFAULT_* variable.
+func applyEnvDefaults(fs *flag.FlagSet, getenv func(string) string) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envDefaultPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && !set[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %v", name, v, err))
 			}

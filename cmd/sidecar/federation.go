@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttlekit/throttlekit/internal/telemetry"
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/federation"
@@ -193,20 +194,14 @@ func (f *federationParts) rule(fr engine.FederatedRule) (engine.Federated, error
 	return engine.Federated{Store: r, Batch: l1, Timeout: f.timeout}, nil
 }
 
-// federatedStats is one rule's federation counters, for the collector.
-type federatedStats struct {
-	ref    engine.RuleRef
-	outage federation.Outage
-	stats  federation.Stats
-}
-
-// snapshot returns every federated rule's counters.
-func (f *federationParts) snapshot() []federatedStats {
+// snapshot returns every federated rule's counters, for the collector
+// (internal/telemetry).
+func (f *federationParts) snapshot() []telemetry.FederatedRule {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]federatedStats, 0, len(f.regions))
+	out := make([]telemetry.FederatedRule, 0, len(f.regions))
 	for ref, r := range f.regions {
-		out = append(out, federatedStats{ref: ref, outage: r.Outage(), stats: r.Stats()})
+		out = append(out, telemetry.FederatedRule{Ref: ref, Outage: r.Outage(), Stats: r.Stats()})
 	}
 	return out
 }

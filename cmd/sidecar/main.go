@@ -18,13 +18,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
 )
 
 func main() {
-	os.Exit(run(context.Background(), commandLine(os.Args), os.Getenv, os.Stdout, os.Stderr)) // as `ratelimit`: upstream.go
+	os.Exit(run(context.Background(), commandLine(os.Args), os.Getenv, os.Stdout, os.Stderr)) // as `ratelimit`: commandLine
 }
 
 // Exit codes. A probe that gets an answer of OVER_LIMIT or a gate's
@@ -177,4 +178,23 @@ func printVersion(w io.Writer, info func() (*debug.BuildInfo, bool)) {
 		}
 	}
 	fmt.Fprintf(w, "throttlekit %s\n%s\n%s\n", version, commit, bi.GoVersion)
+}
+
+// upstreamCommand is the name envoyproxy/ratelimit's image runs
+// (/bin/ratelimit): manifests that set `command: [/bin/ratelimit]` run this
+// binary under it.
+const upstreamCommand = "ratelimit"
+
+// commandLine is the arguments run gets for argv (os.Args). Run as
+// `ratelimit` without a subcommand, the binary serves with upstream's
+// defaults (--upstream-defaults), as upstream's does.
+func commandLine(argv []string) []string {
+	if len(argv) == 0 {
+		return nil
+	}
+	args := argv[1:]
+	if filepath.Base(argv[0]) != upstreamCommand || (len(args) > 0 && args[0] != "" && args[0][0] != '-') {
+		return args
+	}
+	return append([]string{"serve", "--upstream-defaults"}, args...)
 }

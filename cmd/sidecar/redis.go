@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttlekit/throttlekit/internal/redact"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
 )
 
@@ -149,19 +150,9 @@ func defaultTimeouts(dial, read, write *time.Duration, d, io time.Duration) {
 }
 
 // Redact returns a URL with its password replaced, for logs and errors:
-// the user information's, and a password= parameter's (a Sentinel-managed
-// primary's password).
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if q := u.Query(); q.Get("password") != "" {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}
+// redact.URL, which internal packages share, under the name cmd's call
+// sites use.
+func Redact(raw string) string { return redact.URL(raw) }
 
 // redactErr keeps a parse error from echoing a password.
 func redactErr(err error, raw string) error {

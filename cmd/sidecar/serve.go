@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/throttlekit/throttlekit/internal/certs"
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/envoyrls"
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -54,7 +55,7 @@ func newLogger(c *serveConfig, w io.Writer) *slog.Logger {
 // a clean drain.
 func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	log := newLogger(c, stderr)
-	c.upstream.log(log) // which envoyproxy/ratelimit variables it took (upstream_env.go)
+	c.upstream.Log(log) // which envoyproxy/ratelimit variables it took (internal/upstreamenv)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -157,9 +158,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("no valid policy in %s; fix the errors above (`throttlekit validate %s` lists them)", c.policyDir, c.policyDir)
 	}
 
-	tracer, stopTracing, err := c.tracing.start(ctx, log) // tracing.go
+	tracer, stopTracing, err := c.tracing.Start(ctx, log) // internal/telemetry
 	if err != nil {
-		return err
+		return fmt.Errorf("--tracing: %w", err)
 	}
 	defer func() {
 		// Flush the spans still buffered, within the drain timeout.
@@ -169,12 +170,12 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 			log.Warn("tracing: spans not flushed at shutdown", "err", err)
 		}
 	}()
-	var certs *certSource // TLS on the listeners (tls.go)
+	var tlsFiles *certs.Source // TLS on the listeners (tlsflags.go, internal/certs)
 	if c.tls.enabled() {
-		if certs, err = newCertSource(c.tls, log); err != nil {
+		if tlsFiles, err = certs.Load(c.tls.Files, log); err != nil {
 			return err
 		}
-		log.Info("gRPC over TLS", "cert", c.tls.certFile, "client_ca", c.tls.clientCAFile, "client_san", c.tls.clientSAN, "http_too", c.tls.httpToo)
+		log.Info("gRPC over TLS", "cert", c.tls.CertFile, "client_ca", c.tls.ClientCAFile, "client_san", c.tls.ClientSAN, "http_too", c.tls.httpToo)
 	}
 	grpcLis, err := net.Listen("tcp", c.grpcAddr)
 	if err != nil {
@@ -193,10 +194,10 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}
 	rls := envoyrls.NewRateLimitServer(eng, envoyrls.Options{Headers: c.responseHeaders, Tracer: tracer})
 	opts := append(m.serverOptions(log.Error), c.grpc.options()...)
-	if certs != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(certs.grpcConfig())))
+	if tlsFiles != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsFiles.GRPCConfig())))
 		if c.tls.httpToo {
-			httpLis = tls.NewListener(httpLis, certs.httpConfig())
+			httpLis = tls.NewListener(httpLis, tlsFiles.HTTPConfig())
 		}
 	}
 	// After the metrics interceptor: shed calls are counted by code.

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/throttlekit/throttlekit/internal/certtest"
 	"github.com/throttlekit/throttlekit/internal/testenv"
 )
 
@@ -84,17 +85,17 @@ func runAs(t *testing.T, argv []string, e map[string]string) *sidecar {
 func TestServeWithOnlyTheUpstreamEnvironment(t *testing.T) {
 	r := testenv.StartRedis(t)
 	root := runtimeRoot(t, "t.yaml", testPolicy)
-	ca := newTestCA(t, "eg-ca")
-	srv := ca.issue(t, true, []string{"envoy-ratelimit.envoy-gateway-system.svc"}, "")
-	sec := newSecretDir(t, map[string][]byte{"tls.crt": srv.certPEM, "tls.key": srv.keyPEM, "ca.crt": ca.pem})
+	ca := certtest.NewCA(t, "eg-ca")
+	srv := ca.Issue(t, true, []string{"envoy-ratelimit.envoy-gateway-system.svc"}, "")
+	sec := certtest.NewSecretDir(t, map[string][]byte{"tls.crt": srv.CertPEM, "tls.key": srv.KeyPEM, "ca.crt": ca.PEM})
 	grpcPort, httpPort := loopbackPort(t), loopbackPort(t)
 	s := runAs(t, []string{"/bin/ratelimit"}, map[string]string{
 		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false",
 		"LOG_LEVEL": "info", "LOG_FORMAT": "json", "USE_STATSD": "false",
 		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr,
 		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "HOST": "127.0.0.1", "PORT": httpPort,
-		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": sec.path("tls.crt"), "GRPC_SERVER_TLS_KEY": sec.path("tls.key"),
-		"GRPC_CLIENT_TLS_CACERT": sec.path("ca.crt"), "GRPC_CLIENT_TLS_SAN": "envoy",
+		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": sec.Path("tls.crt"), "GRPC_SERVER_TLS_KEY": sec.Path("tls.key"),
+		"GRPC_CLIENT_TLS_CACERT": sec.Path("ca.crt"), "GRPC_CLIENT_TLS_SAN": "envoy",
 	})
 	if s.grpcAddr != "127.0.0.1:"+grpcPort || s.httpAddr != "127.0.0.1:"+httpPort {
 		t.Fatalf("serving on %s and %s, want GRPC_PORT %s and PORT %s", s.grpcAddr, s.httpAddr, grpcPort, httpPort)
@@ -102,7 +103,7 @@ func TestServeWithOnlyTheUpstreamEnvironment(t *testing.T) {
 
 	// ShouldRateLimit, over mutual TLS: 5 a second, then OVER_LIMIT.
 	dial := func(cert *tls.Certificate) rlsv3.RateLimitServiceClient {
-		cfg := &tls.Config{RootCAs: ca.certPool(), ServerName: "127.0.0.1"}
+		cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{*cert}
 		}
@@ -115,7 +116,7 @@ func TestServeWithOnlyTheUpstreamEnvironment(t *testing.T) {
 	if _, err := dial(nil).ShouldRateLimit(ctx, req); err == nil {
 		t.Error("a client without a certificate was answered")
 	}
-	envoy := ca.issue(t, false, []string{"envoy"}, "").pair(t)
+	envoy := ca.Issue(t, false, []string{"envoy"}, "").Pair(t)
 	client := dial(&envoy)
 	var codes []string
 	for range 6 {
@@ -204,14 +205,14 @@ func TestHealthcheckAnswersAsUpstream(t *testing.T) {
 // TestServeHTTPOverTLS: --http-tls serves /healthz over TLS with the gRPC
 // certificate.
 func TestServeHTTPOverTLS(t *testing.T) {
-	ca := newTestCA(t, "ca")
-	srv := ca.issue(t, true, nil, "")
-	sec := newSecretDir(t, map[string][]byte{"tls.crt": srv.certPEM, "tls.key": srv.keyPEM})
-	s := startServe(t, []string{"--grpc-tls-cert", sec.path("tls.crt"), "--grpc-tls-key", sec.path("tls.key"), "--http-tls"}, nil)
+	ca := certtest.NewCA(t, "ca")
+	srv := ca.Issue(t, true, nil, "")
+	sec := certtest.NewSecretDir(t, map[string][]byte{"tls.crt": srv.CertPEM, "tls.key": srv.KeyPEM})
+	s := startServe(t, []string{"--grpc-tls-cert", sec.Path("tls.crt"), "--grpc-tls-key", sec.Path("tls.key"), "--http-tls"}, nil)
 	if s.grpcAddr == "" {
 		t.Fatalf("serve did not start (exit %d)", s.code)
 	}
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.certPool()}}}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 	resp, err := c.Get("https://" + s.httpAddr + "/healthz")
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/throttlekit/throttlekit/internal/certtest"
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/internal/xdstest"
 )
@@ -35,7 +36,7 @@ import (
 // envoy-rate-limit secret (mounted at /certs) are in certs, the xDS server
 // (envoy-gateway:18001) is xdsAddr, the Redis (redis.redis.svc:6379) is
 // redisAddr, and PROMETHEUS_ADDR's port (:19001) is promPort.
-func envoyGatewayEnv(certs *secretDir, xdsAddr, redisAddr, promPort string) map[string]string {
+func envoyGatewayEnv(certs *certtest.SecretDir, xdsAddr, redisAddr, promPort string) map[string]string {
 	return map[string]string{
 		"RUNTIME_ROOT":                       "/data",
 		"RUNTIME_SUBDIRECTORY":               "ratelimit",
@@ -47,13 +48,13 @@ func envoyGatewayEnv(certs *secretDir, xdsAddr, redisAddr, promPort string) map[
 		"CONFIG_GRPC_XDS_SERVER_URL":         xdsAddr,
 		"CONFIG_GRPC_XDS_NODE_ID":            "envoy-ratelimit",
 		"GRPC_SERVER_USE_TLS":                "true",
-		"GRPC_SERVER_TLS_CERT":               certs.path("tls.crt"),
-		"GRPC_SERVER_TLS_KEY":                certs.path("tls.key"),
-		"GRPC_SERVER_TLS_CA_CERT":            certs.path("ca.crt"),
+		"GRPC_SERVER_TLS_CERT":               certs.Path("tls.crt"),
+		"GRPC_SERVER_TLS_KEY":                certs.Path("tls.key"),
+		"GRPC_SERVER_TLS_CA_CERT":            certs.Path("ca.crt"),
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS":     "true",
-		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":    certs.path("tls.crt"),
-		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":     certs.path("tls.key"),
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":  certs.path("ca.crt"),
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":    certs.Path("tls.crt"),
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":     certs.Path("tls.key"),
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":  certs.Path("ca.crt"),
 		"FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
 		"REDIS_SOCKET_TYPE":                  "tcp",
 		"REDIS_URL":                          redisAddr,
@@ -134,8 +135,8 @@ func rlsRequest(domain string, descriptors ...[]string) *rlsv3.RateLimitRequest 
 // egLeaf is a certificate as Envoy Gateway's certgen makes them: no
 // extended key usage (so a server's and a client's at once), named dns
 // and, for the test, 127.0.0.1, where its servers listen.
-func egLeaf(t *testing.T, ca *testCA, cn string, dns ...string) leaf {
-	return ca.sign(t, &x509.Certificate{Subject: pkix.Name{CommonName: cn}, DNSNames: dns, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+func egLeaf(t *testing.T, ca *certtest.CA, cn string, dns ...string) certtest.Leaf {
+	return ca.Sign(t, &x509.Certificate{Subject: pkix.Name{CommonName: cn}, DNSNames: dns, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment})
 }
 
@@ -150,7 +151,7 @@ type egRateLimit struct {
 // startEnvoyGatewayRateLimit runs /bin/ratelimit under e, adding GRPC_PORT
 // and PORT on free ports: Envoy Gateway leaves them at upstream's 8081 and
 // 8080, which a test cannot count on owning.
-func startEnvoyGatewayRateLimit(t *testing.T, e map[string]string, ca *testCA, envoy tls.Certificate) *egRateLimit {
+func startEnvoyGatewayRateLimit(t *testing.T, e map[string]string, ca *certtest.CA, envoy tls.Certificate) *egRateLimit {
 	t.Helper()
 	grpcPort, httpPort := loopbackPort(t), loopbackPort(t)
 	e["GRPC_PORT"], e["PORT"] = grpcPort, httpPort
@@ -158,7 +159,7 @@ func startEnvoyGatewayRateLimit(t *testing.T, e map[string]string, ca *testCA, e
 	// Upstream's HOST and GRPC_HOST: all interfaces; dial loopback.
 	s.grpcAddr, s.httpAddr = "127.0.0.1:"+grpcPort, "127.0.0.1:"+httpPort
 	_, promPort, _ := net.SplitHostPort(e["PROMETHEUS_ADDR"])
-	rls := dialRLSOverTLS(t, s.grpcAddr, &tls.Config{RootCAs: ca.certPool(), Certificates: []tls.Certificate{envoy},
+	rls := dialRLSOverTLS(t, s.grpcAddr, &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{envoy},
 		ServerName: "envoy-ratelimit.envoy-gateway-system.svc.cluster.local"})
 	return &egRateLimit{sidecar: s, metrics: &sidecar{httpAddr: "127.0.0.1:" + promPort}, rls: rls}
 }
@@ -198,16 +199,16 @@ func (r *egRateLimit) codes(t *testing.T, req *rlsv3.RateLimitRequest, n int) st
 // the test's files and servers (envoyGatewayEnv). The file twin sets
 // CONFIG_TYPE=FILE and its own RUNTIME_ROOT.
 func TestEnvoyGatewayDeployment(t *testing.T) {
-	ca := newTestCA(t, "envoy-gateway")
+	ca := certtest.NewCA(t, "envoy-gateway")
 	kubeNames := func(svc string) []string {
 		ns := svc + ".envoy-gateway-system"
 		return []string{svc, ns, ns + ".svc", ns + ".svc.cluster.local"}
 	}
 	rl := egLeaf(t, ca, "envoy-ratelimit", kubeNames("envoy-ratelimit")...)
-	certs := newSecretDir(t, map[string][]byte{"tls.crt": rl.certPEM, "tls.key": rl.keyPEM, "ca.crt": ca.pem})
-	envoy := egLeaf(t, ca, "*", "*.envoy-gateway-system").pair(t)
-	cp := xdstest.Start(t, xdstest.Options{TLS: &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.certPool(),
-		Certificates: []tls.Certificate{egLeaf(t, ca, "envoy-gateway", kubeNames("envoy-gateway")...).pair(t)}}})
+	certs := certtest.NewSecretDir(t, map[string][]byte{"tls.crt": rl.CertPEM, "tls.key": rl.KeyPEM, "ca.crt": ca.PEM})
+	envoy := egLeaf(t, ca, "*", "*.envoy-gateway-system").Pair(t)
+	cp := xdstest.Start(t, xdstest.Options{TLS: &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
+		Certificates: []tls.Certificate{egLeaf(t, ca, "envoy-gateway", kubeNames("envoy-gateway")...).Pair(t)}}})
 	redisXDS, redisFile := testenv.StartRedis(t), testenv.StartRedis(t)
 
 	rs := startEnvoyGatewayRateLimit(t, envoyGatewayEnv(certs, cp.Addr, redisXDS.Addr, loopbackPort(t)), ca, envoy)

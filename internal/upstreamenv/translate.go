@@ -1,4 +1,4 @@
-package main
+package upstreamenv
 
 import (
 	"errors"
@@ -12,14 +12,12 @@ import (
 	"strings"
 )
 
-// Upstream's defaults that differ from throttlekit's; applied only when
-// upstream variables configure the process (upstreamEnv.defaults).
-const upstreamAllInterfaces = "0.0.0.0"
-
-// upstreamEnv is what serve takes from envoyproxy/ratelimit's environment:
-// the flags it sets and, for the start log, which variables it took,
-// which it ignored and why.
-type upstreamEnv struct {
+// Env is what serve takes from envoyproxy/ratelimit's environment: the
+// flags it sets and, for the start log, which variables it took, which it
+// ignored and why. Translate makes one; Apply records which flags were
+// given instead. Not safe for concurrent use: Apply and Log run once, at
+// start.
+type Env struct {
 	// defaults: upstream's defaults apply (all interfaces, the
 	// RUNTIME_ROOT layout, GRPC_MAX_CONNECTION_AGE), because a variable
 	// only upstream uses is set, or --upstream-defaults.
@@ -43,16 +41,19 @@ type flagValue struct {
 // ignoredVar is a variable serve does not honour, and why.
 type ignoredVar struct{ name, why string }
 
-// readUpstream reads envoyproxy/ratelimit's variables from getenv. force
+// Translate makes the flags envoyproxy/ratelimit's variables in environ
+// say (environ holds variable names and values; names the table does not
+// hold, and values empty once trimmed of spaces, are not set). force
 // applies upstream's defaults even when no variable only upstream uses is
 // set (the binary runs as `ratelimit`). A value serve cannot honour (a
 // unix socket, memcache, a malformed port) is an error naming the
-// variable; secrets (REDIS_AUTH) never appear in one.
-func readUpstream(getenv func(string) string, force bool) (*upstreamEnv, error) {
+// variable; secrets (REDIS_AUTH) never appear in one. The *Env is non-nil
+// even with an error.
+func Translate(environ map[string]string, force bool) (*Env, error) {
 	set := map[string]string{}
-	u := &upstreamEnv{defaults: force, env: set, seen: map[string]bool{}}
-	for _, v := range upstreamVars {
-		if s := strings.TrimSpace(getenv(v.name)); s != "" {
+	u := &Env{defaults: force, env: set, seen: map[string]bool{}}
+	for _, v := range vars {
+		if s := strings.TrimSpace(environ[v.name]); s != "" {
 			set[v.name] = s
 			u.defaults = u.defaults || !v.generic
 		}
@@ -64,7 +65,7 @@ func readUpstream(getenv func(string) string, force bool) (*upstreamEnv, error) 
 			return s
 		}
 		if u.defaults {
-			v, _ := upstreamVarNamed(name)
+			v, _ := varNamed(name)
 			return v.def
 		}
 		return ""
@@ -140,9 +141,9 @@ func readUpstream(getenv func(string) string, force bool) (*upstreamEnv, error) 
 			dir := filepath.Join(value("RUNTIME_ROOT"), value("RUNTIME_SUBDIRECTORY"), value("RUNTIME_APPDIRECTORY"))
 			u.set("--policy", dir, !has("RUNTIME_ROOT") || !has("RUNTIME_APPDIRECTORY"), "CONFIG_TYPE", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
 		}
-		u.notXDS(set) // xdsflags.go
+		u.notXDS(set) // xds.go
 	case "GRPC_XDS_SOTW":
-		errs = append(errs, u.xds(set)...) // xdsflags.go
+		errs = append(errs, u.xds(set)...) // xds.go
 		for _, name := range []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"} {
 			if has(name) { // Envoy Gateway sets them beside GRPC_XDS_SOTW
 				u.ignore(name, "CONFIG_TYPE is GRPC_XDS_SOTW: the policy comes over xDS")
@@ -158,7 +159,7 @@ func readUpstream(getenv func(string) string, force bool) (*upstreamEnv, error) 
 		if !has("REDIS_URL") {
 			break // upstream's default, a nutcracker socket, is no store here: memory
 		}
-		raw, err := upstreamRedisURL(set, boolean("REDIS_TLS"))
+		raw, err := redisURL(set, boolean("REDIS_TLS"))
 		if err != nil {
 			errs = append(errs, err)
 			break
@@ -233,7 +234,7 @@ func readUpstream(getenv func(string) string, force bool) (*upstreamEnv, error) 
 	errs = append(errs, u.tracing(set, value)...)
 
 	// What is left is ignored, with the table's reason.
-	for _, v := range upstreamVars {
+	for _, v := range vars {
 		if has(v.name) && !u.seen[v.name] {
 			why := v.note
 			switch {
@@ -251,7 +252,7 @@ func readUpstream(getenv func(string) string, force bool) (*upstreamEnv, error) 
 // companions are the other variables that make flag.
 func companions(flag, name string) []string {
 	var out []string
-	for _, v := range upstreamVars {
+	for _, v := range vars {
 		if v.flag == flag && v.name != name {
 			out = append(out, v.name)
 		}
@@ -261,7 +262,7 @@ func companions(flag, name string) []string {
 
 // set records that the variables from (those of them set) make flag
 // value; byDefault: an upstream default made it too.
-func (u *upstreamEnv) set(flag, value string, byDefault bool, from ...string) {
+func (u *Env) set(flag, value string, byDefault bool, from ...string) {
 	var used []string
 	for _, name := range from {
 		if _, ok := u.env[name]; ok {
@@ -272,14 +273,17 @@ func (u *upstreamEnv) set(flag, value string, byDefault bool, from ...string) {
 	u.flags = append(u.flags, flagValue{flag: flag, value: value, from: used, byDefault: byDefault && u.defaults})
 }
 
-func (u *upstreamEnv) ignore(name, why string) {
+// ignore records that serve does not honour the variable name, and why.
+func (u *Env) ignore(name, why string) {
 	u.seen[name] = true
 	u.ignored = append(u.ignored, ignoredVar{name, why})
 }
 
-// apply sets on fs every flag u makes that was not given (on the command
-// line or by its THROTTLEKIT_* twin: both win).
-func (u *upstreamEnv) apply(fs *flag.FlagSet) error {
+// Apply sets on fs every flag u makes that fs does not already have set
+// (serve gives flags on the command line or by their THROTTLEKIT_* twins:
+// both win over upstream's variables). A flag fs lacks, or a value it
+// refuses, is an error naming the flag and the variables that made it.
+func (u *Env) Apply(fs *flag.FlagSet) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
@@ -313,10 +317,12 @@ func (u *upstreamEnv) apply(fs *flag.FlagSet) error {
 	return errors.Join(errs...)
 }
 
-// log says once, at start, which upstream variables serve took, which it
-// ignored and why, which a flag overrode, and which upstream defaults
-// apply. Never a value: REDIS_AUTH is one.
-func (u *upstreamEnv) log(log *slog.Logger) {
+// Log says in one line, at level info, which upstream variables serve
+// took, which it ignored and why, which a flag overrode (call it after
+// Apply), and which upstream defaults apply. Never a value: REDIS_AUTH is
+// one. A nil u, or one that took, ignored and defaulted nothing, logs
+// nothing.
+func (u *Env) Log(log *slog.Logger) {
 	if u == nil || (len(u.taken) == 0 && len(u.ignored) == 0 && len(u.given) == 0 && !u.defaults) {
 		return
 	}
@@ -338,29 +344,4 @@ func (u *upstreamEnv) log(log *slog.Logger) {
 		attrs = append(attrs, "upstream_defaults", "upstream's defaults, because its variables configure this process: "+strings.Join(u.applied, ", "))
 	}
 	log.Info("envoyproxy/ratelimit environment", attrs...)
-}
-
-// envDefaultPrefix starts a variable that sets a flag's default only:
-// THROTTLEKIT_DEFAULT_GRPC_ADDR is --grpc-addr's value when neither the
-// flag, nor THROTTLEKIT_GRPC_ADDR, nor envoyproxy/ratelimit's variables
-// set it. The image sets its defaults so (listen on all interfaces, the
-// example policies): a manifest that runs it as /bin/ratelimit with
-// upstream's variables gets what they say.
-const envDefaultPrefix = envPrefix + "DEFAULT_"
-
-// applyEnvDefaults sets every flag still unset from its
-// THROTTLEKIT_DEFAULT_* variable.
-func applyEnvDefaults(fs *flag.FlagSet, getenv func(string) string) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := envDefaultPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" && !set[f.Name] {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %v", name, v, err))
-			}
-		}
-	})
-	return errors.Join(errs...)
 }

@@ -1,8 +1,6 @@
-package main
+package telemetry
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttlekit/throttlekit/pkg/engine"
@@ -24,21 +22,29 @@ var (
 	descFleetFences  = prometheus.NewDesc("throttlekit_gate_fleet_fencings_total", "Times this sidecar fenced itself.", []string{"gate"}, nil)
 )
 
-// fleetCollector reads the engine's distributed gates.
-type fleetCollector struct {
-	e   *engine.Engine
-	now func() time.Time
+// FleetCollector is the throttlekit_gate_fleet_* series, one set per
+// distributed gate, read from Nodes at each scrape (nil Nodes: no series).
+// Safe for concurrent scrapes when Nodes is.
+type FleetCollector struct {
+	// Nodes returns the node of every distributed gate in use, read now
+	// (engine.Engine.NodeStats at the scrape's time).
+	Nodes func() []engine.NodeStat
 }
 
-func (fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+// Describe sends the descriptors of every series c collects.
+func (FleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descFleetLocal, descFleetGlobal, descFleetShare, descFleetCeiling, descFleetLive,
 		descFleetFenced, descFleetDup, descFleetGenLag, descFleetTrips, descFleetErrors, descFleetFences} {
 		ch <- d
 	}
 }
 
-func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.e.NodeStats(c.now()) {
+// Collect sends each distributed gate's series, read from c.Nodes now.
+func (c FleetCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.Nodes == nil {
+		return
+	}
+	for _, s := range c.Nodes() {
 		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{s.Gate}, labels...)...)
 		}

@@ -1,18 +1,27 @@
-package main
+// Package upstreamenv translates envoyproxy/ratelimit's environment
+// variables (its src/settings/settings.go) into throttlekit's serve flags,
+// so that a manifest written for envoyproxy/ratelimit runs throttlekit
+// unchanged. One table holds every variable: taken (the flag it sets),
+// ignored (and why), or refused (an error naming it).
+//
+// The package reads no environment: the caller hands it the variables as a
+// map (Names lists the ones it reads), and it hands back the flag values
+// they make (Env), which Apply sets on a flag.FlagSet for the flags not
+// given otherwise.
+package upstreamenv
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 )
 
-// upstreamVar is one of envoyproxy/ratelimit's environment variables
-// (its src/settings/settings.go) and what serve makes of it. serve reads it
+// variable is one of envoyproxy/ratelimit's environment variables
+// (its src/settings/settings.go) and what serve makes of it. serve takes it
 // only for a flag given neither on the command line nor by its THROTTLEKIT_*
-// twin; upstreamEnv (upstream_env.go) does the reading, this table says what
+// twin; Translate (translate.go) does the taking, this table says what
 // each variable is for, and the README's table is written from it
-// (upstreamMarkdown).
-type upstreamVar struct {
+// (markdown).
+type variable struct {
 	name string // the variable, e.g. GRPC_PORT
 	def  string // upstream's default; "" for none
 	// flag is the throttlekit flag the variable sets, alone or with others
@@ -31,15 +40,15 @@ const (
 	whyStatsd    = "throttlekit exports Prometheus metrics only: `/metrics` on the HTTP listener (PORT)"
 	whyPerSecond = "one store holds every limit: per-second limits go to REDIS_URL too"
 	whyMemcache  = "no Memcache store (BACKEND_TYPE=memcache stops serve with an error)"
-	// whyXDSBackoff: xdsflags.go ignores these with this reason.
+	// whyXDSBackoff: xds (xds.go) ignores these with this reason.
 	whyXDSBackoff = "the first wait is CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, doubled per failure with a fixed ±50% jitter"
 	whyHeaders    = "the header names are fixed: RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset"
 	whyPipeline   = "each check is one Lua script call, one round trip; go-redis pools the connections"
 )
 
-// upstreamVars is every variable of envoyproxy/ratelimit's settings
+// vars is every variable of envoyproxy/ratelimit's settings
 // (src/settings/settings.go), in its order, and one Envoy Gateway sets.
-var upstreamVars = []upstreamVar{
+var vars = []variable{
 	{"PROTO", "tcp", "", "the listeners are TCP", true},
 	{"HOST", "0.0.0.0", "--http-addr", "host of `--http-addr`", true},
 	{"PORT", "8080", "--http-addr", "port of `--http-addr`; `/healthcheck` answers there as upstream's does", true},
@@ -62,7 +71,7 @@ var upstreamVars = []upstreamVar{
 	{"LOG_FORMAT", "text", "--log-format", "text or json", true},
 	{"CONFIG_TYPE", "FILE", "--policy", "FILE: the RUNTIME_* layout below", false},
 	// The xDS rows apply with CONFIG_TYPE=GRPC_XDS_SOTW; otherwise they
-	// are ignored, saying so (xdsflags.go).
+	// are ignored, saying so (xds.go).
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "--force-start-without-policy", "ready (`/readyz`, `/healthcheck`) before the first push, answering as with no rule meanwhile; otherwise not ready until then", false},
 	{"CONFIG_GRPC_XDS_NODE_ID", "default", "--config-xds-node-id", "unset: upstream's `default`, the node the server keys snapshots by", false},
 	{"CONFIG_GRPC_XDS_NODE_METADATA", "", "--config-xds-node-metadata", "key=value pairs, comma-separated, as upstream", false},
@@ -147,23 +156,33 @@ var upstreamVars = []upstreamVar{
 	{"TRACING_SAMPLING_RATE", "1", "--tracing-sampling-rate", "with TRACING_ENABLED; a call carrying trace context follows its caller's sampling decision", false},
 }
 
-// upstreamVarNamed returns the table's row for name.
-func upstreamVarNamed(name string) (upstreamVar, bool) {
-	for _, v := range upstreamVars {
+// Names are the variables the table holds, in its order: the ones a
+// caller reads from the environment and hands to Translate.
+func Names() []string {
+	out := make([]string, len(vars))
+	for i, v := range vars {
+		out[i] = v.name
+	}
+	return out
+}
+
+// varNamed returns the table's row for name.
+func varNamed(name string) (variable, bool) {
+	for _, v := range vars {
 		if v.name == name {
 			return v, true
 		}
 	}
-	return upstreamVar{}, false
+	return variable{}, false
 }
 
-// upstreamMarkdown is the README's table of upstream variables, written
-// from upstreamVars.
-func upstreamMarkdown() string {
+// markdown is the README's table of upstream variables, written
+// from vars.
+func markdown() string {
 	var b strings.Builder
 	b.WriteString("| envoyproxy/ratelimit variable | its default | throttlekit | notes |\n| --- | --- | --- | --- |\n")
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
-	for _, v := range upstreamVars {
+	for _, v := range vars {
 		def, to := "", "ignored"
 		if v.def != "" {
 			def = "`" + v.def + "`"
@@ -174,23 +193,4 @@ func upstreamMarkdown() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", v.name, cell(def), to, cell(v.note))
 	}
 	return b.String()
-}
-
-// upstreamCommand is the name envoyproxy/ratelimit's image runs
-// (/bin/ratelimit): manifests that set `command: [/bin/ratelimit]` run this
-// binary under it.
-const upstreamCommand = "ratelimit"
-
-// commandLine is the arguments run gets for argv (os.Args). Run as
-// `ratelimit` without a subcommand, the binary serves with upstream's
-// defaults (--upstream-defaults), as upstream's does.
-func commandLine(argv []string) []string {
-	if len(argv) == 0 {
-		return nil
-	}
-	args := argv[1:]
-	if filepath.Base(argv[0]) != upstreamCommand || (len(args) > 0 && args[0] != "" && args[0][0] != '-') {
-		return args
-	}
-	return append([]string{"serve", "--upstream-defaults"}, args...)
 }

@@ -1,7 +1,10 @@
-package main
+package telemetry
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
 )
 
 // The federation's series, one set per federated rule (bounded by the
@@ -29,25 +32,39 @@ var (
 		"Times the coordinator became unreachable for this rule's region.", []string{"domain", "rule"}, nil)
 )
 
-// federationCollector reads the federated rules' counters.
-type federationCollector struct{ m *metrics }
+// FederatedRule is one federated rule's counters, as its region holds
+// them when read.
+type FederatedRule struct {
+	Ref    engine.RuleRef
+	Outage federation.Outage // the rule's outage mode: the outage label
+	Stats  federation.Stats
+}
 
-func (federationCollector) Describe(ch chan<- *prometheus.Desc) {
+// FederationCollector is the throttlekit_federation_* series, one set per
+// federated rule, read from Rules at each scrape (nil Rules: no series).
+// Safe for concurrent scrapes when Rules is.
+type FederationCollector struct {
+	// Rules returns every federated rule's counters, each rule once.
+	Rules func() []FederatedRule
+}
+
+// Describe sends the descriptors of every series c collects.
+func (FederationCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descFedLeases, descFedLeased, descFedEscrow, descFedBalance, descFedReconciles, descFedRegional, descFedDown, descFedOutages} {
 		ch <- d
 	}
 }
 
-func (c federationCollector) Collect(ch chan<- prometheus.Metric) {
-	fed := c.m.fed
-	if fed == nil {
+// Collect sends each federated rule's series, read from c.Rules now.
+func (c FederationCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.Rules == nil {
 		return
 	}
 	counter := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	for _, r := range fed.snapshot() {
-		dom, name, s := r.ref.Domain, r.ref.Name, r.stats
+	for _, r := range c.Rules() {
+		dom, name, s := r.Ref.Domain, r.Ref.Name, r.Stats
 		counter(descFedLeases, s.Leases-s.Partial-s.Denied, dom, name, "granted")
 		counter(descFedLeases, s.Partial, dom, name, "partial")
 		counter(descFedLeases, s.Denied, dom, name, "denied")
@@ -68,7 +85,7 @@ func (c federationCollector) Collect(ch chan<- prometheus.Metric) {
 		if s.Down {
 			down = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descFedDown, prometheus.GaugeValue, down, dom, name, r.outage.String())
+		ch <- prometheus.MustNewConstMetric(descFedDown, prometheus.GaugeValue, down, dom, name, r.Outage.String())
 		counter(descFedOutages, s.Outages, dom, name)
 	}
 }

@@ -1,10 +1,18 @@
-package main
+// Package certs serves a TLS listener's certificate, and the CA its
+// clients' certificates must chain to, from PEM files, and loads them
+// again when they change: a rewrite, or the symlink swap of a Kubernetes
+// secret update. A rotation reaches new connections; open ones keep the
+// certificate they were shown.
+//
+// Errors name the serve flag that gives each file (--grpc-tls-cert,
+// --grpc-tls-key, --grpc-tls-client-ca, --grpc-tls-client-san): they are
+// what a person fixes.
+package certs
 
 import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,76 +23,53 @@ import (
 	"time"
 )
 
-// listenerTLS is TLS on serve's listeners: the gRPC listener always when
-// certFile is set, the HTTP listener too with httpToo.
-type listenerTLS struct {
-	certFile, keyFile string // PEM: the certificate chain and its private key
-	// clientCAFile, when set, makes clients present a certificate it signed
-	// (mutual TLS on the gRPC listener).
-	clientCAFile string
-	// clientSAN, when set, must be one of the client certificate's subject
-	// alternative names (DNS name, IP address, URI or e-mail address).
-	clientSAN string
-	httpToo   bool
+// Files are the PEM files a listener's TLS comes from. The zero value
+// names none: Load then fails, naming --grpc-tls-cert.
+type Files struct {
+	CertFile, KeyFile string // the certificate chain and its private key
+	// ClientCAFile, when set, makes clients present a certificate it
+	// signed (mutual TLS; GRPCConfig only).
+	ClientCAFile string
+	// ClientSAN, when set with ClientCAFile, must be one of the client
+	// certificate's subject alternative names (DNS name, IP address, URI or
+	// e-mail address).
+	ClientSAN string
 }
 
-func (t *listenerTLS) define(fs *flag.FlagSet) {
-	fs.StringVar(&t.certFile, "grpc-tls-cert", "", "serve gRPC over TLS with this certificate chain (PEM file; needs --grpc-tls-key). Reloaded when the file changes (a Kubernetes secret rotation): new connections get the new certificate, open ones keep theirs")
-	fs.StringVar(&t.keyFile, "grpc-tls-key", "", "the private key of --grpc-tls-cert (PEM file)")
-	fs.StringVar(&t.clientCAFile, "grpc-tls-client-ca", "", "with --grpc-tls-cert: gRPC clients must present a certificate this CA (PEM file) signed (mutual TLS); reloaded like the certificate")
-	fs.StringVar(&t.clientSAN, "grpc-tls-client-san", "", "with --grpc-tls-client-ca: the client certificate must carry this subject alternative name (DNS name, IP address, URI such as a SPIFFE ID, or e-mail)")
-	fs.BoolVar(&t.httpToo, "http-tls", false, "serve the HTTP listener over TLS too, with --grpc-tls-cert (no client certificate asked: probes and scrapers stay simple)")
-}
-
-func (t *listenerTLS) enabled() bool { return t.certFile != "" || t.keyFile != "" }
-
-func (t *listenerTLS) validate() error {
-	switch {
-	case t.certFile != "" && t.keyFile == "":
-		return errors.New("--grpc-tls-cert needs --grpc-tls-key (its private key)")
-	case t.certFile == "" && t.keyFile != "":
-		return errors.New("--grpc-tls-key needs --grpc-tls-cert (its certificate chain)")
-	case t.certFile == "" && (t.clientCAFile != "" || t.httpToo):
-		return errors.New("--grpc-tls-client-ca and --http-tls need --grpc-tls-cert and --grpc-tls-key: the server's certificate")
-	case t.clientSAN != "" && t.clientCAFile == "":
-		return errors.New("--grpc-tls-client-san needs --grpc-tls-client-ca: the CA that signs client certificates")
-	}
-	return nil
-}
-
-// tlsFileCheckInterval is how often, at most, a handshake looks whether
+// fileCheckInterval is how often, at most, a handshake looks whether
 // the TLS files changed.
-const tlsFileCheckInterval = time.Second
+const fileCheckInterval = time.Second
 
-// certSource serves the certificate and client CA that the files of a
-// listenerTLS hold now. At most once per interval a handshake stats the
-// files and, when one changed (a rewrite, or the symlink swap of a
-// Kubernetes secret update), loads them again; a set that does not load (a
-// key that does not match its certificate, half written) is logged and the
-// certificate in use stays. Open connections are never touched: a
-// rotation reaches new connections only. Safe for concurrent handshakes.
-type certSource struct {
-	files    listenerTLS
+// Source serves the certificate and client CA that its Files hold now. At
+// most once a second (fileCheckInterval) a handshake stats the files and,
+// when one changed (a rewrite, or the symlink swap of a Kubernetes secret
+// update), loads them again; a set that does not load (a key that does not
+// match its certificate, half written) is logged and the certificate in
+// use stays. Open connections are never touched: a rotation reaches new
+// connections only. Make one with Load; safe for concurrent handshakes.
+type Source struct {
+	files    Files
 	interval time.Duration
 	now      func() time.Time
 	log      *slog.Logger
 
-	cur     atomic.Pointer[tlsMaterial]
+	cur     atomic.Pointer[material]
 	checked atomic.Int64  // when the files were last looked at, Unix ns
 	mu      sync.Mutex    // one reload at a time
 	failed  []os.FileInfo // the files as they last failed to load; guarded by mu
 }
 
-// tlsMaterial is what one version of the files makes.
-type tlsMaterial struct {
+// material is what one version of the files makes.
+type material struct {
 	grpc, http *tls.Config
 	stat       []os.FileInfo // cert, key and CA file as loaded
 	leaf       *x509.Certificate
 }
 
-// newCertSource loads the files of t; an error names the flag and the file.
-func newCertSource(t listenerTLS, log *slog.Logger) (*certSource, error) {
-	s := &certSource{files: t, interval: tlsFileCheckInterval, now: time.Now, log: log}
+// Load reads f's files and returns the Source that serves them; an error
+// names the flag and the file. log is where reloads are said.
+func Load(f Files, log *slog.Logger) (*Source, error) {
+	s := &Source{files: f, interval: fileCheckInterval, now: time.Now, log: log}
 	m, err := s.load()
 	if err != nil {
 		return nil, err
@@ -95,10 +80,10 @@ func newCertSource(t listenerTLS, log *slog.Logger) (*certSource, error) {
 }
 
 // stat looks at the files without reading them; an error names the flag.
-func (s *certSource) stat() ([]os.FileInfo, error) {
-	files := [][2]string{{"--grpc-tls-cert", s.files.certFile}, {"--grpc-tls-key", s.files.keyFile}}
-	if s.files.clientCAFile != "" {
-		files = append(files, [2]string{"--grpc-tls-client-ca", s.files.clientCAFile})
+func (s *Source) stat() ([]os.FileInfo, error) {
+	files := [][2]string{{"--grpc-tls-cert", s.files.CertFile}, {"--grpc-tls-key", s.files.KeyFile}}
+	if s.files.ClientCAFile != "" {
+		files = append(files, [2]string{"--grpc-tls-client-ca", s.files.ClientCAFile})
 	}
 	var out []os.FileInfo
 	for _, f := range files {
@@ -113,34 +98,34 @@ func (s *certSource) stat() ([]os.FileInfo, error) {
 
 // load reads the files. It stats them first: a change made while it
 // reads shows at the next check, and is loaded then.
-func (s *certSource) load() (*tlsMaterial, error) {
+func (s *Source) load() (*material, error) {
 	st, err := s.stat()
 	if err != nil {
 		return nil, err
 	}
-	cert, err := tls.LoadX509KeyPair(s.files.certFile, s.files.keyFile)
+	cert, err := tls.LoadX509KeyPair(s.files.CertFile, s.files.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-tls-cert %s and --grpc-tls-key %s: %v", s.files.certFile, s.files.keyFile, err)
+		return nil, fmt.Errorf("--grpc-tls-cert %s and --grpc-tls-key %s: %v", s.files.CertFile, s.files.KeyFile, err)
 	}
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-tls-cert %s: %v", s.files.certFile, err)
+		return nil, fmt.Errorf("--grpc-tls-cert %s: %v", s.files.CertFile, err)
 	}
-	m := &tlsMaterial{stat: st, leaf: leaf}
+	m := &material{stat: st, leaf: leaf}
 	m.http = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
 	m.grpc = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
-	if s.files.clientCAFile != "" {
-		pem, err := os.ReadFile(s.files.clientCAFile)
+	if s.files.ClientCAFile != "" {
+		pem, err := os.ReadFile(s.files.ClientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("--grpc-tls-client-ca: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--grpc-tls-client-ca %s: no PEM certificate in it", s.files.clientCAFile)
+			return nil, fmt.Errorf("--grpc-tls-client-ca %s: no PEM certificate in it", s.files.ClientCAFile)
 		}
 		m.grpc.ClientCAs = pool
 		m.grpc.ClientAuth = tls.RequireAndVerifyClientCert
-		if san := s.files.clientSAN; san != "" {
+		if san := s.files.ClientSAN; san != "" {
 			m.grpc.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
 				if len(chains) == 0 || len(chains[0]) == 0 {
 					return errors.New("throttlekit: no verified client certificate")
@@ -188,7 +173,7 @@ func sans(c *x509.Certificate) []string {
 
 // refresh loads the files again when the interval has passed and one of
 // them changed.
-func (s *certSource) refresh() {
+func (s *Source) refresh() {
 	now := s.now().UnixNano()
 	last := s.checked.Load()
 	if now-last < int64(s.interval) || !s.checked.CompareAndSwap(last, now) {
@@ -214,6 +199,7 @@ func (s *certSource) refresh() {
 		"previous_not_after", old.leaf.NotAfter)
 }
 
+// sameFiles reports whether a and b are the same files, unchanged.
 func sameFiles(a, b []os.FileInfo) bool {
 	if len(a) != len(b) {
 		return false
@@ -226,9 +212,9 @@ func sameFiles(a, b []os.FileInfo) bool {
 	return true
 }
 
-// grpcConfig is the gRPC listener's TLS configuration: each handshake gets
-// the files' current certificate, client CA and SAN check.
-func (s *certSource) grpcConfig() *tls.Config {
+// GRPCConfig is the gRPC listener's TLS configuration (h2): each handshake
+// gets the files' current certificate, client CA and SAN check.
+func (s *Source) GRPCConfig() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			s.refresh()
@@ -236,9 +222,9 @@ func (s *certSource) grpcConfig() *tls.Config {
 		}}
 }
 
-// httpConfig is the HTTP listener's (HTTP/1.1): the same certificate, no
+// HTTPConfig is the HTTP listener's (HTTP/1.1): the same certificate, no
 // client certificate asked.
-func (s *certSource) httpConfig() *tls.Config {
+func (s *Source) HTTPConfig() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			s.refresh()

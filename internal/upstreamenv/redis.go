@@ -1,4 +1,4 @@
-package main
+package upstreamenv
 
 import (
 	"fmt"
@@ -6,9 +6,11 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/throttlekit/throttlekit/internal/redact"
 )
 
-// upstreamRedisURL writes the --redis-url that envoyproxy/ratelimit's Redis
+// redisURL writes the --redis-url that envoyproxy/ratelimit's Redis
 // variables (set: the variables set) describe:
 //
 //	REDIS_TYPE single:   REDIS_URL host:port             → redis://host:port/0
@@ -20,7 +22,7 @@ import (
 // username= (the URL's user information would be the sentinels'); REDIS_TLS
 // makes the scheme rediss; REDIS_POOL_SIZE adds pool_size=. Errors name the
 // variable and never show REDIS_AUTH.
-func upstreamRedisURL(set map[string]string, useTLS bool) (string, error) {
+func redisURL(set map[string]string, useTLS bool) (string, error) {
 	raw := set["REDIS_URL"]
 	switch st := strings.ToLower(set["REDIS_SOCKET_TYPE"]); {
 	case st == "unix" || strings.HasPrefix(raw, "/"):
@@ -29,7 +31,7 @@ func upstreamRedisURL(set map[string]string, useTLS bool) (string, error) {
 		return "", fmt.Errorf("REDIS_SOCKET_TYPE=%q: want tcp", set["REDIS_SOCKET_TYPE"])
 	}
 	if strings.Contains(raw, "://") {
-		return "", fmt.Errorf("REDIS_URL %s: want host:port, as envoyproxy/ratelimit reads it (a redis:// URL goes in --redis-url)", Redact(raw))
+		return "", fmt.Errorf("REDIS_URL %s: want host:port, as envoyproxy/ratelimit reads it (a redis:// URL goes in --redis-url)", redact.URL(raw))
 	}
 	var hosts []string
 	for _, h := range strings.Split(raw, ",") {
