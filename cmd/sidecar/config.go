@@ -25,6 +25,7 @@ const envPrefix = "THROTTLEKIT_"
 // serveConfig is everything `serve` is told, validated.
 type serveConfig struct {
 	policyDir       string
+	policyTree      bool // every file below policyDir (policy.LoadTree)
 	store           string
 	redisURL        string
 	grpcAddr        string
@@ -78,6 +79,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.policyDir, "policy", "./config", "directory of policy *.yaml files (one domain per file), watched for changes")
+	fs.BoolVar(&c.policyTree, "policy-tree", false, "read every file below --policy, subdirectories included and whatever the extension, as envoyproxy/ratelimit reads its runtime directory (its RUNTIME_* variables set this)")
 	fs.StringVar(&c.store, "store", "memory", "where counters live: memory (this process only) or redis (shared by the fleet)")
 	fs.StringVar(&c.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis to use with --store redis: redis:// or rediss:// (TLS); ?master_name=NAME for Sentinel (the host is a sentinel, more with &addr=); redis+cluster:// or repeated &addr= for Cluster")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen address (RateLimitService, health, reflection); loopback unless told otherwise")

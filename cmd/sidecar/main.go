@@ -87,11 +87,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return exitOK
 	case "validate":
-		dirs, err := parseValidate(args, stdout)
+		v, err := parseValidate(args, stdout)
 		if code, ok := parsed(err); !ok {
 			return code
 		}
-		if !validate(dirs, stdout, stderr) {
+		if !validate(v, stdout, stderr) {
 			return exitFailed
 		}
 		return exitOK

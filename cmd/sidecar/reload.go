@@ -18,6 +18,7 @@ import (
 // and leaves the policy in use untouched.
 type reloader struct {
 	dir      string // the policy directory, for the directory source and logs
+	tree     bool   // every file below dir (source.Dir.Tree)
 	engine   *engine.Engine
 	metrics  *metrics
 	log      *slog.Logger
@@ -86,7 +87,7 @@ func (r *reloader) reject(err error) {
 
 // dirSource is the policy directory as a source.
 func (r *reloader) dirSource() *source.Dir {
-	return &source.Dir{Path: r.dir, Debounce: r.debounce, Logger: r.log, OnReject: r.reject}
+	return &source.Dir{Path: r.dir, Tree: r.tree, Debounce: r.debounce, Logger: r.log, OnReject: r.reject}
 }
 
 // watch reloads on every change under the directory until ctx ends

@@ -143,7 +143,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		}
 		probe.record(answer)
 	}
-	rl := &reloader{dir: c.policyDir, engine: eng, metrics: m, log: log, debounce: c.reloadDebounce, loaded: make(chan string, 1)}
+	rl := &reloader{dir: c.policyDir, tree: c.policyTree, engine: eng, metrics: m, log: log, debounce: c.reloadDebounce, loaded: make(chan string, 1)}
 	var xds *source.XDS // the policy comes from an xDS server, or the directory (xdsserve.go)
 	if c.xds.enabled() {
 		if xds, err = newXDSSource(c, m, log); err != nil {

@@ -11,33 +11,48 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/policy"
 )
 
+// validateArgs is validate's command line: policy directories, and how
+// to read them.
+type validateArgs struct {
+	dirs []string
+	tree bool // every file below each directory (--policy-tree)
+}
+
 // parseValidate reads validate's command line: policy directories.
-func parseValidate(args []string, stdout io.Writer) ([]string, error) {
+func parseValidate(args []string, stdout io.Writer) (validateArgs, error) {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stdout)
+	var v validateArgs
+	fs.BoolVar(&v.tree, "policy-tree", false, "read every file below each directory, subdirectories included and whatever the extension (serve's --policy-tree)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: throttlekit validate DIR...\n\n"+
-			"Loads each policy directory exactly as serve would (every *.yaml and *.yml file in it)\n"+
-			"and prints DIR: OK (N domains, M gates), or every problem as file:line: field: message.\n"+
+		fmt.Fprint(fs.Output(), "usage: throttlekit validate [--policy-tree] DIR...\n\n"+
+			"Loads each policy directory exactly as serve would (every *.yaml and *.yml file in it;\n"+
+			"with --policy-tree every file below it) and prints DIR: OK (N domains, M gates), or\n"+
+			"every problem as file:line: field: message.\n"+
 			"Exits 1 when a directory is invalid, or holds no policy file.\n")
+		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
-		return nil, err
+		return v, err
 	}
 	if fs.NArg() == 0 {
-		return nil, errors.New("give at least one policy directory, e.g. throttlekit validate ./config")
+		return v, errors.New("give at least one policy directory, e.g. throttlekit validate ./config")
 	}
-	return fs.Args(), nil
+	v.dirs = fs.Args()
+	return v, nil
 }
 
 // validate loads each directory exactly as serve would and prints OK or
 // every error as file:line: field: message. It reports whether all were
 // valid.
-func validate(dirs []string, stdout, stderr io.Writer) bool {
+func validate(args validateArgs, stdout, stderr io.Writer) bool {
 	e, _ := engine.New(engine.Options{Store: memstore.New()})
 	ok := true
-	for _, dir := range dirs {
+	for _, dir := range args.dirs {
 		set, err := policy.Load(dir)
+		if args.tree {
+			set, _, err = policy.LoadTree(dir)
+		}
 		if err == nil {
 			err = e.Check(set)
 		}

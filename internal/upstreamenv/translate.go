@@ -140,6 +140,8 @@ func Translate(environ map[string]string, force bool) (*Env, error) {
 		if has("RUNTIME_ROOT") || has("RUNTIME_SUBDIRECTORY") || has("RUNTIME_APPDIRECTORY") || u.defaults {
 			dir := filepath.Join(value("RUNTIME_ROOT"), value("RUNTIME_SUBDIRECTORY"), value("RUNTIME_APPDIRECTORY"))
 			u.set("--policy", dir, !has("RUNTIME_ROOT") || !has("RUNTIME_APPDIRECTORY"), "CONFIG_TYPE", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
+			// Upstream loads every file below its runtime directory.
+			u.set("--policy-tree", "true", !has("RUNTIME_ROOT") || !has("RUNTIME_APPDIRECTORY"), "CONFIG_TYPE", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
 		}
 		u.notXDS(set) // xds.go
 	case "GRPC_XDS_SOTW":

@@ -19,6 +19,7 @@ func flagSet() *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Duration("grpc-max-connection-age", 0, "")
+	fs.String("policy-tree", "", "") // made beside --policy by the RUNTIME_* layout
 	for _, v := range vars {
 		if name := strings.TrimPrefix(v.flag, "--"); name != "" && fs.Lookup(name) == nil {
 			fs.String(name, "", "")
@@ -41,7 +42,7 @@ func made(u *Env) map[string]string {
 // variable only upstream uses is set.
 func TestTranslateSetsFlags(t *testing.T) {
 	upstreamDefaults := map[string]string{"--grpc-addr": "0.0.0.0:8081", "--http-addr": "0.0.0.0:8080",
-		"--policy": "/srv/runtime_data/current/config", "--grpc-max-connection-age": "24h"}
+		"--policy": "/srv/runtime_data/current/config", "--policy-tree": "true", "--grpc-max-connection-age": "24h"}
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -50,7 +51,7 @@ func TestTranslateSetsFlags(t *testing.T) {
 	}{
 		{"no variables: no flag", nil, nil, true},
 		{"GRPC_PORT: upstream's defaults, all interfaces", map[string]string{"GRPC_PORT": "9091"},
-			map[string]string{"--grpc-addr": "0.0.0.0:9091", "--http-addr": "0.0.0.0:8080", "--policy": "/srv/runtime_data/current/config", "--grpc-max-connection-age": "24h"}, true},
+			map[string]string{"--grpc-addr": "0.0.0.0:9091", "--http-addr": "0.0.0.0:8080", "--policy": "/srv/runtime_data/current/config", "--policy-tree": "true", "--grpc-max-connection-age": "24h"}, true},
 		{"GRPC_HOST and GRPC_PORT", map[string]string{"GRPC_HOST": "10.0.0.7", "GRPC_PORT": "9091"}, map[string]string{"--grpc-addr": "10.0.0.7:9091"}, false},
 		{"PORT alone (a common name): its port, throttlekit's loopback", map[string]string{"PORT": "9090"}, map[string]string{"--http-addr": "127.0.0.1:9090"}, true},
 		{"HOST and PORT", map[string]string{"HOST": "127.0.0.2", "PORT": "9090"}, map[string]string{"--http-addr": "127.0.0.2:9090"}, true},
@@ -60,7 +61,7 @@ func TestTranslateSetsFlags(t *testing.T) {
 		{"LOG_LEVEL fatal", map[string]string{"LOG_LEVEL": "fatal"}, map[string]string{"--log-level": "error"}, true},
 		{"LOG_FORMAT", map[string]string{"LOG_FORMAT": "JSON"}, map[string]string{"--log-format": "json"}, true},
 		{"spaces around a value are trimmed", map[string]string{"LOG_FORMAT": " json\n", "SHADOW_MODE": "  "}, map[string]string{"--log-format": "json"}, true},
-		{"RUNTIME_ROOT and RUNTIME_SUBDIRECTORY", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}, map[string]string{"--policy": "/data/ratelimit/config"}, false},
+		{"RUNTIME_ROOT and RUNTIME_SUBDIRECTORY", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}, map[string]string{"--policy": "/data/ratelimit/config", "--policy-tree": "true"}, false},
 		{"RUNTIME_APPDIRECTORY", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "limits"}, map[string]string{"--policy": "/data/rl/limits"}, false},
 		{"CONFIG_TYPE FILE", map[string]string{"CONFIG_TYPE": "FILE"}, upstreamDefaults, true},
 		{"REDIS_URL single", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.infra:6379"},
