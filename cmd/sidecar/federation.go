@@ -74,6 +74,13 @@ func newFederation(ctx context.Context, c *serveConfig, regional redis.Universal
 		health: federation.NewHealth(c.federationProbe),
 		states: map[string]*federation.RuleState{}, regions: map[engine.RuleRef]*federation.Region{},
 		names: map[string]engine.RuleRef{}, owners: map[engine.RuleRef]string{}}
+	f.health.Notify(func(down bool, err error) {
+		if down {
+			log.Warn("federation: the coordinator does not answer: federated rules answer by their outage mode until a probe finds it", "url", Redact(c.federationURL), "err", redactErr(err, c.federationURL), "probe_after", c.federationProbe.String())
+			return
+		}
+		log.Info("federation: the coordinator answers again", "url", Redact(c.federationURL))
+	})
 	kind, err := federationScheme(c.federationURL)
 	if err != nil {
 		return nil, err
@@ -92,6 +99,7 @@ func newFederation(ctx context.Context, c *serveConfig, regional redis.Universal
 		}
 		f.closers = append(f.closers, func() { _ = coord.Close() })
 		f.coord = coord
+		warnVolatileCoordinator(ctx, client, c.federationURL, log)
 	case "postgres":
 		cfg, err := pgxpool.ParseConfig(c.federationURL)
 		if err != nil {
@@ -204,4 +212,21 @@ func (f *federationParts) snapshot() []telemetry.FederatedRule {
 		out = append(out, telemetry.FederatedRule{Ref: ref, Outage: r.Outage(), Stats: r.Stats()})
 	}
 	return out
+}
+
+// warnVolatileCoordinator warns when the coordinator's Redis keeps no
+// append-only file: restarted, it forgets what it granted in the window in
+// place, and the window admits that again (README: Federation). A Redis
+// that refuses CONFIG (a managed one, an ACL) is not warned about.
+func warnVolatileCoordinator(ctx context.Context, client redis.UniversalClient, url string, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+	defer cancel()
+	got, err := client.ConfigGet(cctx, "appendonly").Result()
+	if err != nil {
+		log.Debug("federation: cannot read the coordinator's appendonly setting", "url", Redact(url), "err", redactErr(err, url))
+		return
+	}
+	if v, ok := got["appendonly"]; ok && v != "yes" {
+		log.Warn("federation: the coordinator's Redis runs without appendonly: restarted, it forgets what it granted in the window in place and that window admits it again; run it with appendonly yes and appendfsync always", "url", Redact(url))
+	}
 }

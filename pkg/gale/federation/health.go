@@ -15,11 +15,18 @@ import (
 // NewHealth; it is safe for concurrent use.
 type Health struct {
 	probeAfter time.Duration
+	notify     func(down bool, err error)
 
 	mu      sync.Mutex
 	state   HealthState
 	lastErr error
 }
+
+// Notify has f told of every change of health: down with the error that
+// began an outage, up (nil) when the coordinator answers again. Call it
+// before the Health is used; f runs on the caller's goroutine, outside
+// the Health's lock.
+func (h *Health) Notify(f func(down bool, err error)) { h.notify = f }
 
 // NewHealth returns a healthy connection's Health that, once a call fails,
 // leaves the coordinator alone for probeAfter (DefaultProbeAfter when 0).
@@ -65,17 +72,25 @@ func (h *Health) admit(ctx context.Context, c Coordinator, now time.Time) error 
 // reports whether it began an outage.
 func (h *Health) failed(now time.Time, err error) bool {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.lastErr = err
-	return h.state.Failed(now, h.probeAfter)
+	began := h.state.Failed(now, h.probeAfter)
+	h.mu.Unlock()
+	if began && h.notify != nil {
+		h.notify(true, err)
+	}
+	return began
 }
 
 // answered records a call the coordinator answered, and reports whether
 // it ended an outage.
 func (h *Health) answered() bool {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.state.Answered()
+	ended := h.state.Answered()
+	h.mu.Unlock()
+	if ended && h.notify != nil {
+		h.notify(false, nil)
+	}
+	return ended
 }
 
 // downErr is the error a lease is answered with while the coordinator is

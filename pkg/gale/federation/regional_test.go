@@ -143,6 +143,13 @@ func TestARefusalIsNotAnOutage(t *testing.T) {
 func TestHealthIsTheConnections(t *testing.T) {
 	coord := &refusing{switchable: newSwitchable()}
 	health := federation.NewHealth(time.Second)
+	var changes []string // what Notify was told, in order
+	var changesMu sync.Mutex
+	health.Notify(func(down bool, err error) {
+		changesMu.Lock()
+		defer changesMu.Unlock()
+		changes = append(changes, fmt.Sprintf("down=%v err=%v", down, err))
+	})
 	var regions []*federation.Region
 	for range 8 {
 		r, err := federation.NewRegion(federation.RegionConfig{Name: "eu", Coordinator: coord, Health: health})
@@ -199,6 +206,11 @@ func TestHealthIsTheConnections(t *testing.T) {
 		if r.Down() {
 			t.Fatalf("region %d still down after the probe answered", i)
 		}
+	}
+	changesMu.Lock()
+	defer changesMu.Unlock()
+	if want := []string{"down=true err=" + errDown.Error(), "down=false err=<nil>"}; fmt.Sprint(changes) != fmt.Sprint(want) {
+		t.Fatalf("Notify was told %q, want the outage once and the recovery once: %q", changes, want)
 	}
 }
 
