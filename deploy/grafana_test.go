@@ -142,12 +142,17 @@ func dashboardMetrics(panels []dashPanel) map[string]string {
 }
 
 // TestDashboardNamesRealMetrics: every metric the dashboard names is one
-// the sidecar's source defines (a quoted name in cmd/sidecar), so a typo in
-// a panel the live test cannot fill (a federation panel) still fails.
+// the sidecar's source defines (a quoted name in cmd/sidecar or in
+// internal/telemetry, its collectors), so a typo in a panel the live test
+// cannot fill (a federation panel) still fails.
 func TestDashboardNamesRealMetrics(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "cmd", "sidecar", "*.go"))
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, dir := range [][]string{{"..", "cmd", "sidecar"}, {"..", "internal", "telemetry"}} {
+		fs, err := filepath.Glob(filepath.Join(append(dir, "*.go")...))
+		if err != nil || len(fs) == 0 {
+			t.Fatalf("no source in %s: %v", filepath.Join(dir...), err)
+		}
+		files = append(files, fs...)
 	}
 	var src strings.Builder
 	for _, f := range files {
@@ -162,7 +167,7 @@ func TestDashboardNamesRealMetrics(t *testing.T) {
 	}
 	for name, panel := range dashboardMetrics(loadDashboard(t)) {
 		if !strings.Contains(src.String(), `"`+name+`"`) {
-			t.Errorf("panel %q names %s, which cmd/sidecar does not define", panel, name)
+			t.Errorf("panel %q names %s, which neither cmd/sidecar nor internal/telemetry defines", panel, name)
 		}
 	}
 }

@@ -39,6 +39,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	m := newMetrics(e, nil)
+	newShedder(1, m.reg) // serve registers the gRPC server's shedding counter beside them
 	ch := make(chan *prometheus.Desc)
 	go func() { m.reg.Describe(ch); close(ch) }()
 	names := map[string]bool{}

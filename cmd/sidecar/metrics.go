@@ -30,6 +30,7 @@ type metrics struct {
 	storeLatency   *prometheus.HistogramVec
 	reloads        *prometheus.CounterVec
 	lastReload     prometheus.Gauge
+	reloadFailing  prometheus.Gauge
 	policyInfo     *prometheus.GaugeVec
 	grpcRequests   *prometheus.CounterVec
 	grpcLatency    *prometheus.HistogramVec
@@ -58,6 +59,9 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttlekit_policy_reloads_total", Help: "Policy loads, by result (success, failure). A failure keeps the previous policy.",
 		}, []string{"result"}),
+		reloadFailing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "throttlekit_policy_reload_failing", Help: "1 while the policy source holds a set that failed to load (the previous policy is in force), 0 once a set loads or the one in use is restored.",
+		}),
 		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "throttlekit_policy_last_reload_success_timestamp_seconds", Help: "When the policy in use was loaded.",
 		}),
@@ -85,7 +89,7 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}, []string{"gate", "outcome"}),
 	}
-	reg.MustRegister(m.storeCalls, m.storeErrors, m.storeLatency, m.reloads, m.lastReload, m.policyInfo,
+	reg.MustRegister(m.storeCalls, m.storeErrors, m.storeLatency, m.reloads, m.lastReload, m.reloadFailing, m.policyInfo,
 		m.grpcRequests, m.grpcLatency, m.grpcStreams, m.storeReachable, m.gateRTT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&engineCollector{e: e, rs: rs}, federationCollector{m}, fleetCollector{e: e, now: time.Now})
@@ -123,6 +127,7 @@ func (m *metrics) observeGate(gate string, rtt time.Duration, o adaptive.Outcome
 // policyLoaded records a successful load.
 func (m *metrics) policyLoaded(hash string) {
 	m.reloads.WithLabelValues("success").Inc()
+	m.reloadFailing.Set(0)
 	m.lastReload.SetToCurrentTime()
 	m.policyInfo.Reset()
 	m.policyInfo.WithLabelValues(hash).Set(1)

@@ -115,9 +115,22 @@ func TestAlertSeriesExistAtStart(t *testing.T) {
 		t.Fatalf("serve did not start (exit %d)", s.code)
 	}
 	series := s.scrape(t)
-	var fleetSeries []metric
+	var fleetSeries, fedSeries []metric
 	for _, sel := range sels {
 		from := series
+		if sel.name == "up" {
+			continue // Prometheus's own, not the sidecar's
+		}
+		if strings.HasPrefix(sel.name, "throttlekit_federation_") {
+			if fedSeries == nil {
+				f := startServeWith(t, fedAlertPolicy, []string{"--region", "eu", "--federation-url", testenv.StartRedis(t).URL()}, nil)
+				if f.httpAddr == "" {
+					t.Fatalf("serve with a federated rule did not start (exit %d)", f.code)
+				}
+				fedSeries = f.scrape(t)
+			}
+			from = fedSeries
+		}
 		if strings.HasPrefix(sel.name, "throttlekit_gate_fleet_") {
 			if fleetSeries == nil {
 				f := startServeWith(t, fleetPolicy, []string{"--store", "redis", "--redis-url", testenv.StartRedis(t).URL(), "--node-id", "a"}, nil)
@@ -146,6 +159,9 @@ func TestAlertSeriesExistAtStart(t *testing.T) {
 		t.Errorf("throttlekit_store_up = %v with the memory store, want 1", up)
 	}
 }
+
+// fedAlertPolicy is one federated rule, for the federation alerts' series.
+const fedAlertPolicy = "domain: fed\ndescriptors:\n  - key: k\n    mode: federated\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
 
 func matchesAll(have map[string]string, ms []matcher) bool {
 	for _, m := range ms {

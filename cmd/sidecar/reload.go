@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/engine"
@@ -24,6 +25,7 @@ type reloader struct {
 	log      *slog.Logger
 	debounce time.Duration
 	loaded   chan string // receives the hash of every policy swapped in (tests, readiness)
+	failing  atomic.Bool // the source's newest set failed to load
 }
 
 // load reads and swaps in the directory's policy.
@@ -41,12 +43,20 @@ func (r *reloader) load(ctx context.Context) error {
 // apply swaps set in (a source.Apply); the caller reports an error.
 func (r *reloader) apply(ctx context.Context, set *policy.Set) error {
 	if set.Hash == r.engine.Policy().Hash {
-		return nil // unchanged: keep every limiter and gate as it is
+		// Unchanged: keep every limiter and gate as it is. After a
+		// failure this is the good set restored: say so, and count it.
+		if r.failing.Swap(false) {
+			r.metrics.reloads.WithLabelValues("success").Inc()
+			r.metrics.reloadFailing.Set(0)
+			r.log.Info("policy restored: the source holds the policy in use again", "hash", set.Hash)
+		}
+		return nil
 	}
 	if err := r.engine.Load(ctx, set); err != nil {
 		return err
 	}
 	r.metrics.policyLoaded(set.Hash)
+	r.failing.Store(false)
 	from := []any{"dir", r.dir}
 	if set.Dir == "" && len(set.Files) > 0 {
 		from = []any{"from", set.Files[0].File} // pushed (xDS): files are named after their resources
@@ -63,6 +73,8 @@ func (r *reloader) apply(ctx context.Context, set *policy.Set) error {
 // source.XDS's OnReject).
 func (r *reloader) reject(err error) {
 	r.metrics.reloads.WithLabelValues("failure").Inc()
+	r.metrics.reloadFailing.Set(1)
+	r.failing.Store(true)
 	kept := ": keeping the previous policy"
 	if r.engine.Policy().Hash == "" {
 		kept = "" // the first load: there is no previous policy

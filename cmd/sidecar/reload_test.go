@@ -47,6 +47,15 @@ func counterValue(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
+// gaugeValue reads a gauge.
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetGauge().GetValue()
+}
+
 // TestReloadKeepsThePolicyWhenTheOnlyFileGoes: deleting the only policy
 // file while serving keeps the policy in use, logs why, and counts a
 // failed reload; the load log counts gates as well as domains.
@@ -111,6 +120,54 @@ func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
 	cancel()
 	if err := <-watching; err != nil {
 		t.Errorf("watch: %v", err)
+	}
+}
+
+// TestRestoringTheFileEndsTheFailure (issue 32, item 6): after a bad edit,
+// putting the good file back logs the restore and counts a success, and
+// throttlekit_policy_reload_failing (which ThrottlekitPolicyReloadFailing
+// reads) goes back to 0. Before, a restore logged nothing and counted
+// nothing (the set equals the one in use), and the alert, which read the
+// failures of the last 15 minutes, stayed on.
+func TestRestoringTheFileEndsTheFailure(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a.yaml")
+	if err := os.WriteFile(file, []byte(reloadPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Options{Store: memstore.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMetrics(eng, nil)
+	var logs testenv.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r := &reloader{dir: dir, engine: eng, metrics: m, log: log, debounce: time.Millisecond, loaded: make(chan string, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := r.load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go r.watch(ctx) //nolint:errcheck // ends with ctx
+	failing := func() float64 { return gaugeValue(m.reloadFailing) }
+	if !testenv.Eventually(func() bool {
+		_ = os.WriteFile(file, []byte("domain: a\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n"), 0o644)
+		return failing() == 1
+	}) {
+		t.Fatalf("a bad edit did not set throttlekit_policy_reload_failing:\n%s", logs.String())
+	}
+	success := counterValue(m.reloads.WithLabelValues("success"))
+	if !testenv.Eventually(func() bool {
+		_ = os.WriteFile(file, []byte(reloadPolicy), 0o644)
+		return failing() == 0
+	}) {
+		t.Fatalf("restoring the good file left throttlekit_policy_reload_failing at 1:\n%s", logs.String())
+	}
+	if got := counterValue(m.reloads.WithLabelValues("success")); got != success+1 {
+		t.Errorf("successes %v after the restore, want %v", got, success+1)
+	}
+	if len(logRecords(t, logs.String(), "policy restored: the source holds the policy in use again")) != 1 {
+		t.Errorf("the restore was not logged once:\n%s", logs.String())
 	}
 }
 
