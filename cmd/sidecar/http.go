@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"strings"
@@ -18,7 +19,11 @@ import (
 // probe's latest answer, which also drives throttlekit_store_up.
 type pinger func(ctx context.Context) error
 
-func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, ping pinger, timeout time.Duration) *http.ServeMux {
+// clientCheck says whether an HTTP request comes from a client the gRPC
+// listener would accept (certs.Source.Client); nil accepts every one.
+type clientCheck func(*tls.ConnectionState) error
+
+func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, ping pinger, timeout time.Duration, client clientCheck) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(m))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -53,7 +58,19 @@ func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, pin
 		w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
 		_, _ = w.Write(b.Bytes())
 	})
-	mux.Handle("/json", envoyrls.JSONHandler(rls))
+	// /json spends (and, with is_negative_hits, gives back) any tenant's
+	// budget: where the gRPC listener requires a client certificate, so
+	// does /json.
+	json := envoyrls.JSONHandler(rls)
+	mux.HandleFunc("/json", func(w http.ResponseWriter, r *http.Request) {
+		if client != nil {
+			if err := client(r.TLS); err != nil {
+				http.Error(w, "forbidden: /json answers ShouldRateLimit: "+err.Error()+" (serve the HTTP listener over TLS with --http-tls, or call the gRPC listener)", http.StatusForbidden)
+				return
+			}
+		}
+		json.ServeHTTP(w, r)
+	})
 	return mux
 }
 

@@ -208,10 +208,17 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	mux := newHTTPMux(eng, rls, m, probe.ready, c.storeTimeout)
+	var jsonClient clientCheck
+	if tlsFiles != nil && tlsFiles.MutualTLS() {
+		jsonClient = tlsFiles.Client
+	}
+	mux := newHTTPMux(eng, rls, m, probe.ready, c.storeTimeout, jsonClient)
 	healthcheck := newUpstreamHealth(c, func() bool { return eng.Policy().Hash != "" }, probe.ready)
 	mux.Handle("GET /healthcheck", healthcheck) // envoyproxy/ratelimit's (upstream_health.go)
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Every phase of a request is bounded: a slow body or a client that
+	// stops reading cannot hold a connection (and a goroutine) for long.
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 
 	errc := make(chan error, 4)
 	go func() { errc <- gs.Serve(grpcLis) }()

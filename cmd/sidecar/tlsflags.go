@@ -20,7 +20,7 @@ func (t *listenerTLS) define(fs *flag.FlagSet) {
 	fs.StringVar(&t.KeyFile, "grpc-tls-key", "", "the private key of --grpc-tls-cert (PEM file)")
 	fs.StringVar(&t.ClientCAFile, "grpc-tls-client-ca", "", "with --grpc-tls-cert: gRPC clients must present a certificate this CA (PEM file) signed (mutual TLS); reloaded like the certificate")
 	fs.StringVar(&t.ClientSAN, "grpc-tls-client-san", "", "with --grpc-tls-client-ca: the client certificate must carry this subject alternative name (DNS name, IP address, URI such as a SPIFFE ID, or e-mail)")
-	fs.BoolVar(&t.httpToo, "http-tls", false, "serve the HTTP listener over TLS too, with --grpc-tls-cert (no client certificate asked: probes and scrapers stay simple)")
+	fs.BoolVar(&t.httpToo, "http-tls", false, "serve the HTTP listener over TLS too, with --grpc-tls-cert; with --grpc-tls-client-ca a client certificate is asked for, not required (probes and scrapers stay simple), and /json, which spends budgets, requires the one gRPC requires")
 }
 
 func (t *listenerTLS) enabled() bool { return t.CertFile != "" || t.KeyFile != "" }

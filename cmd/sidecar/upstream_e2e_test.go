@@ -258,3 +258,58 @@ func TestPrometheusAddrServesMetrics(t *testing.T) {
 		t.Error("the start log does not say PROMETHEUS_ADDR was ignored for want of USE_PROMETHEUS")
 	}
 }
+
+// TestJSONNeedsTheGRPCClientCertificate (issue 32, item 3): /json answers
+// ShouldRateLimit, so where the gRPC listener requires a client
+// certificate, /json requires the same one. Before, the HTTP listener
+// never asked for one, and anyone reaching it spent any tenant's budget.
+// Probes (/healthz) still need no certificate.
+func TestJSONNeedsTheGRPCClientCertificate(t *testing.T) {
+	ca := certtest.NewCA(t, "ca")
+	srv := ca.Issue(t, true, []string{"127.0.0.1"}, "")
+	sec := certtest.NewSecretDir(t, map[string][]byte{"tls.crt": srv.CertPEM, "tls.key": srv.KeyPEM, "ca.crt": ca.PEM})
+	envoy := ca.Issue(t, false, []string{"envoy"}, "").Pair(t)
+	other := ca.Issue(t, false, []string{"intruder"}, "").Pair(t)
+	body := `{"domain":"t","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`
+	post := func(c *http.Client, url string) int {
+		t.Helper()
+		resp, err := c.Post(url+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	client := func(cert *tls.Certificate) *http.Client {
+		cfg := &tls.Config{RootCAs: ca.Pool()}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	}
+	mtls := []string{"--grpc-tls-cert", sec.Path("tls.crt"), "--grpc-tls-key", sec.Path("tls.key"), "--grpc-tls-client-ca", sec.Path("ca.crt"), "--grpc-tls-client-san", "envoy"}
+
+	s := startServe(t, append(mtls, "--http-tls"), nil)
+	url := "https://" + s.httpAddr
+	if got := post(client(nil), url); got != http.StatusForbidden {
+		t.Errorf("/json without a client certificate: %d, want 403", got)
+	}
+	if got := post(client(&other), url); got != http.StatusForbidden {
+		t.Errorf("/json with a certificate lacking the SAN: %d, want 403", got)
+	}
+	if got := post(client(&envoy), url); got != http.StatusOK {
+		t.Errorf("/json with Envoy's certificate: %d, want 200", got)
+	}
+	if resp, err := client(nil).Get(url + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz without a client certificate: %v %v, want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// The HTTP listener in plain text cannot carry the certificate: /json
+	// is refused there, saying how to serve it.
+	plain := startServe(t, mtls, nil)
+	if got := post(&http.Client{Timeout: 5 * time.Second}, "http://"+plain.httpAddr); got != http.StatusForbidden {
+		t.Errorf("/json on the plain HTTP listener of an mTLS sidecar: %d, want 403", got)
+	}
+}

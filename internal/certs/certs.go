@@ -125,6 +125,11 @@ func (s *Source) load() (*material, error) {
 		}
 		m.grpc.ClientCAs = pool
 		m.grpc.ClientAuth = tls.RequireAndVerifyClientCert
+		// The HTTP listener asks for the same certificate without
+		// requiring it (probes and scrapers need none); the handlers that
+		// act for a client check it (Source.Client).
+		m.http.ClientCAs = pool
+		m.http.ClientAuth = tls.VerifyClientCertIfGiven
 		if san := s.files.ClientSAN; san != "" {
 			m.grpc.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
 				if len(chains) == 0 || len(chains[0]) == 0 {
@@ -139,6 +144,28 @@ func (s *Source) load() (*material, error) {
 	}
 	return m, nil
 }
+
+// Client returns nil when st, an HTTP request's TLS state, carries a
+// client certificate the gRPC listener would accept: verified against the
+// client CA, and naming the client SAN when one is set. Otherwise an error
+// says what is missing. With no client CA any client is accepted.
+func (s *Source) Client(st *tls.ConnectionState) error {
+	if s.files.ClientCAFile == "" {
+		return nil
+	}
+	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return errors.New("a client certificate signed by --grpc-tls-client-ca is required, as on the gRPC listener")
+	}
+	if san := s.files.ClientSAN; san != "" {
+		if leaf := st.VerifiedChains[0][0]; !hasSAN(leaf, san) {
+			return fmt.Errorf("the client certificate's subject alternative names (%s) do not include %q (--grpc-tls-client-san)", strings.Join(sans(leaf), ", "), san)
+		}
+	}
+	return nil
+}
+
+// MutualTLS reports whether clients must present a certificate.
+func (s *Source) MutualTLS() bool { return s.files.ClientCAFile != "" }
 
 // hasSAN reports whether c names san: as a DNS name or IP address the way
 // envoyproxy/ratelimit checks GRPC_CLIENT_TLS_SAN (x509 host name rules,
@@ -222,8 +249,9 @@ func (s *Source) GRPCConfig() *tls.Config {
 		}}
 }
 
-// HTTPConfig is the HTTP listener's (HTTP/1.1): the same certificate, no
-// client certificate asked.
+// HTTPConfig is the HTTP listener's (HTTP/1.1): the same certificate; a
+// client certificate is asked for, not required, with a client CA (Client
+// checks it for the handlers that need one).
 func (s *Source) HTTPConfig() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
