@@ -54,6 +54,8 @@ func (s *ProcessorServer) reserveCost(ctx context.Context, h headerMap, now time
 	switch {
 	case errors.Is(err, engine.ErrInvalidRequest):
 		return nil, immediate(400, "cost limit "+choice.Name+": "+err.Error()+"\n", "throttlekit_cost_invalid", nil), nil
+	case err != nil && ctx.Err() != nil: // Envoy went away meanwhile
+		return nil, nil, status.FromContextError(ctx.Err()).Err()
 	case err != nil:
 		return nil, nil, status.Errorf(codes.Unavailable, "cost limit %s: %v", choice.Name, err)
 	case res == nil:

@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -391,4 +393,44 @@ func FuzzExtProcCost(f *testing.F) {
 			t.Fatalf("%d units reserved, %d settled (3 a request)", want, got)
 		}
 	})
+}
+
+// TestExtProcCostStoreDown: a reservation the store cannot answer ends the
+// stream UNAVAILABLE when its rule's on_store_error is error (Envoy's
+// failure_mode_allow decides), and lets the request through holding
+// nothing when it is allow.
+func TestExtProcCostStoreDown(t *testing.T) {
+	for _, tc := range []struct{ policy, want string }{{"error", "Unavailable"}, {"allow", "continue"}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			d, err := policy.Parse("llm.yaml", []byte(strings.Replace(costPolicy(4000, "{response_header: x-tokens}"),
+				"  - key: tenant\n", "  - key: tenant\n    on_store_error: "+tc.policy+"\n", 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, _ := engine.New(engine.Options{Store: downStore{}})
+			if err := e.Load(context.Background(), &policy.Set{Domains: []*policy.Domain{d}}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close(context.Background()) })
+			c := extprocv3.NewExternalProcessorClient(listen(t, func(gs *grpc.Server) {
+				extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(e, envoyrls.ProcessorOptions{Costs: e}))
+			}))
+			s, err := c.Process(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: headers(":path", "/v1/chat", "x-tenant", "t")}}}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := s.Recv()
+			got := status.Code(err).String()
+			if err == nil && resp.GetRequestHeaders() != nil {
+				got = "continue"
+			}
+			if got != tc.want {
+				t.Fatalf("got %v (%v), want %s", resp, err, tc.want)
+			}
+		})
+	}
 }
