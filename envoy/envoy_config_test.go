@@ -247,10 +247,13 @@ func TestRouteSendsDescriptors(t *testing.T) {
 
 	hcm := connectionManager(t, b)
 	vhosts := hcm.GetRouteConfig().GetVirtualHosts()
-	if len(vhosts) != 1 || len(vhosts[0].GetRoutes()) != 1 {
-		t.Fatal("want one virtual host with one route")
+	if len(vhosts) != 1 || len(vhosts[0].GetRoutes()) != 2 {
+		t.Fatal("want one virtual host with two routes: the token budgets' and the rest")
 	}
-	route := vhosts[0].GetRoutes()[0].GetRoute()
+	if p := vhosts[0].GetRoutes()[1].GetMatch().GetPrefix(); p != "/" {
+		t.Fatalf("the last route matches %q, want every request (/)", p)
+	}
+	route := vhosts[0].GetRoutes()[1].GetRoute()
 	if route.GetCluster() != backendCluster {
 		t.Errorf("route cluster: got %q, want %q", route.GetCluster(), backendCluster)
 	}
@@ -485,4 +488,36 @@ func serveFlagDefault(t *testing.T, name string) time.Duration {
 var timeUnits = map[string]time.Duration{
 	"Nanosecond": time.Nanosecond, "Microsecond": time.Microsecond, "Millisecond": time.Millisecond,
 	"Second": time.Second, "Minute": time.Minute, "Hour": time.Hour,
+}
+
+// TestTokenRouteSettlesThroughExtProc: the token budgets' route asks the
+// ext_proc filter for what a settlement reads — the response's end (the
+// body streamed, trailers) and Envoy AI Gateway's metadata namespace —
+// and has no route timeout to cut a long completion short.
+func TestTokenRouteSettlesThroughExtProc(t *testing.T) {
+	b, _ := loadBootstrap(t)
+	r := connectionManager(t, b).GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0]
+	if r.GetMatch().GetPrefix() != "/ai/" || r.GetRoute().GetCluster() != backendCluster {
+		t.Fatalf("first route %v, want /ai/ to the backend", r.GetMatch())
+	}
+	if d := r.GetRoute().GetTimeout(); d == nil || d.AsDuration() != 0 {
+		t.Errorf("route timeout %v, want 0s (none): a streamed completion outlasts Envoy's 15s default", d)
+	}
+	cfg, ok := r.GetTypedPerFilterConfig()["envoy.filters.http.ext_proc"]
+	if !ok {
+		t.Fatal("no ext_proc override on the token route")
+	}
+	var per extprocfilterv3.ExtProcPerRoute
+	if err := cfg.UnmarshalTo(&per); err != nil {
+		t.Fatal(err)
+	}
+	pm := per.GetOverrides().GetProcessingMode()
+	if pm.GetRequestHeaderMode().String() != "SEND" || pm.GetResponseHeaderMode().String() != "SEND" ||
+		pm.GetResponseBodyMode().String() != "STREAMED" || pm.GetResponseTrailerMode().String() != "SEND" ||
+		pm.GetRequestBodyMode().String() != "NONE" {
+		t.Errorf("processing_mode %v: want headers SEND, the response body STREAMED and its trailers SEND, no request body", pm)
+	}
+	if ns := per.GetOverrides().GetMetadataOptions().GetForwardingNamespaces().GetUntyped(); len(ns) != 1 || ns[0] != "io.envoy.ai_gateway" {
+		t.Errorf("forwarded metadata namespaces %v, want [io.envoy.ai_gateway]", ns)
+	}
 }

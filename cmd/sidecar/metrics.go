@@ -92,7 +92,7 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 	reg.MustRegister(m.storeCalls, m.storeErrors, m.storeLatency, m.reloads, m.lastReload, m.reloadFailing, m.policyInfo,
 		m.grpcRequests, m.grpcLatency, m.grpcStreams, m.storeReachable, m.gateRTT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&engineCollector{e: e, rs: rs}, federationCollector{m}, fleetCollector{e: e, now: time.Now})
+		&engineCollector{e: e, rs: rs}, federationCollector{m}, fleetCollector{e: e, now: time.Now}, costCollector{e})
 	// Every labelled series an alert reads exists from the start, at 0:
 	// increase() and rate() cannot see the first increment of a series
 	// that the increment creates.

@@ -204,7 +204,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	opts = append(opts, grpc.ChainUnaryInterceptor(newShedder(c.grpc.maxInflight, m.reg).interceptor()))
 	gs := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(gs, rls)
-	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(eng, envoyrls.ProcessorOptions{Observe: m.observeGate, Tracer: tracer}))
+	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(eng, envoyrls.ProcessorOptions{Observe: m.observeGate, Tracer: tracer, Costs: eng, Logger: log}))
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

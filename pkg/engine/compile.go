@@ -22,6 +22,7 @@ type compiled struct {
 	domains map[string]*node
 	rules   []*rule
 	gates   []*gateRule
+	costs   []*costRule // the cost limits (ext_proc reserve/settle), cost.go
 
 	// users is the number of requests answering from this policy (acquire
 	// without release yet), minus retiredBias once the policy is retired.
@@ -179,6 +180,7 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 	gates, gerrs := e.compileGates(set, prev, build)
 	errs = append(errs, gerrs...)
 	c.gates = gates
+	c.costs = compileCosts(set)
 	if len(errs) > 0 {
 		// Limiters made for this set are not in use: close them.
 		for _, l := range created {

@@ -26,6 +26,7 @@ type ruleStats struct {
 	ok, over, near, shadow atomic.Int64
 	mu                     sync.Mutex
 	values                 map[string]*Decisions // guarded by mu; at most MaxMetricValues+1 keys
+	cost                   costCounters          // reservations and settlements (reserve.go)
 }
 
 // statsFor returns the counters of ref, the same ones across reloads.

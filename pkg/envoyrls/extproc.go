@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -30,8 +31,14 @@ const (
 
 // ProcessorServer serves envoy.service.ext_proc.v3.ExternalProcessor: it
 // gates each HTTP request through the adaptive concurrency gate its headers
-// select. Envoy must send request and response headers (processing_mode
-// request_header_mode and response_header_mode SEND) and no bodies.
+// select, and reserves the units of the cost limit they select (Costs),
+// settling them at the real cost its response reports. Envoy must send
+// request and response headers (processing_mode request_header_mode and
+// response_header_mode SEND); a cost limit read from a response trailer
+// needs response_trailer_mode SEND, one read from dynamic metadata the
+// metadata's namespace forwarded and a message at the response's end
+// (response_body_mode STREAMED, or trailers). Bodies are answered
+// unchanged.
 //
 // Process does not recover panics: the gRPC server's stream interceptor
 // does, answering the stream INTERNAL (cmd/sidecar), and a slot the stream
@@ -42,6 +49,9 @@ type ProcessorServer struct {
 	now     func() time.Time
 	observe func(gate string, rtt time.Duration, o adaptive.Outcome)
 	tracer  trace.Tracer
+	costs   CostReserver // nil: no cost limits
+	settled func(costLimit string, st engine.Settlement)
+	log     *slog.Logger
 }
 
 // ProcessorOptions configure a ProcessorServer.
@@ -54,13 +64,24 @@ type ProcessorOptions struct {
 	// Tracer, when set, makes each gated request a span from its request
 	// headers to its release (nil: no tracing).
 	Tracer trace.Tracer
+	// Costs, when set, reserves each request's cost limit (reserve, then
+	// settle); nil: requests reserve nothing.
+	Costs CostReserver
+	// Settled, when set, is told every settlement: the cost limit's name
+	// and what it did.
+	Settled func(costLimit string, st engine.Settlement)
+	// Logger receives settlements that failed (nil: discard).
+	Logger *slog.Logger
 }
 
 // NewProcessorServer returns a server gating through g.
 func NewProcessorServer(g GateChooser, opts ProcessorOptions) *ProcessorServer {
-	s := &ProcessorServer{gates: g, now: opts.Now, observe: opts.Observe, tracer: opts.Tracer}
+	s := &ProcessorServer{gates: g, now: opts.Now, observe: opts.Observe, tracer: opts.Tracer, costs: opts.Costs, settled: opts.Settled, log: opts.Logger}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = discardLogger
 	}
 	return s
 }
@@ -76,19 +97,26 @@ func (s *ProcessorServer) release(l engine.Held, gate string, start time.Time, o
 }
 
 // Process handles one HTTP request's stream, in Envoy's message order:
-// request headers (acquire, or reject with an ImmediateResponse), then
-// response headers (release, with the RTT from request headers to response
-// headers and the outcome from :status: 5xx is an error). A stream that ends
-// before the response headers (EOF, cancel, reset) releases as dropped.
+// request headers (reserve the cost limit's units and acquire the gate, or
+// refuse with an ImmediateResponse), then response headers (release, with
+// the RTT from request headers to response headers and the outcome from
+// :status: 5xx is an error), and the response's end (settle the
+// reservation at the cost read). A stream that ends before the response
+// headers (EOF, cancel, reset) releases as dropped; one that ends before
+// its cost was read settles at the reservation.
 func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	var lease engine.Held
 	var gate string
 	var start time.Time
 	var span gateSpan
 	held := false
+	var cost *costHold // the request's reservation, until settled
 	defer func() {
 		if held {
 			s.release(lease, gate, start, adaptive.Dropped, span)
+		}
+		if cost != nil {
+			s.settle(stream.Context(), cost, true)
 		}
 	}()
 	for {
@@ -99,6 +127,9 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 		if err != nil {
 			return err
 		}
+		// The cost is settled once it is final, after the answer: a store
+		// call must not delay the response.
+		final := cost != nil && cost.observe(req)
 		var resp *extprocv3.ProcessingResponse
 		switch m := req.GetRequest().(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -106,7 +137,20 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 				s.release(lease, gate, start, adaptive.Dropped, span)
 				held = false
 			}
+			if cost != nil {
+				s.settle(stream.Context(), cost, true)
+				cost, final = nil, false
+			}
 			h := headersOf(m.RequestHeaders.GetHeaders())
+			hold, refusal, err := s.reserveCost(stream.Context(), h, s.now())
+			if err != nil {
+				return err
+			}
+			if refusal != nil {
+				resp = refusal
+				break
+			}
+			cost = hold
 			choice, ok := s.gates.ChooseGate(h.get(":authority"), h.get(":path"), h.lookup)
 			if !ok {
 				resp = continueRequest()
@@ -116,6 +160,10 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 			span = s.startGate(stream.Context(), h, choice.Name)
 			l, err := choice.Acquire(stream.Context(), start)
 			if err != nil {
+				if cost != nil { // the request never runs: nothing is spent
+					s.settle(stream.Context(), cost, false)
+					cost = nil
+				}
 				if err := stream.Context().Err(); err != nil {
 					// Envoy went away while the request waited: CANCELLED
 					// or DEADLINE_EXCEEDED, not UNKNOWN.
@@ -158,6 +206,10 @@ func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServ
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
+		}
+		if final {
+			s.settle(stream.Context(), cost, true)
+			cost = nil
 		}
 	}
 }

@@ -67,7 +67,7 @@ func (r *reader) gate(m *yaml.Node, field string) *Gate {
 			g.Pos = r.pos(p.val)
 		case "match":
 			matchNode = p.val
-			g.Match = r.gateMatch(p.val, f)
+			g.Match = r.gateMatch(p.val, f, "gate")
 		case "controller":
 			if s, ok := r.str(p.val, f, p.name); ok {
 				if !slices.Contains(gateControllers, s) {
@@ -126,7 +126,8 @@ func (r *reader) mapping(n *yaml.Node, field, what, example string) bool {
 	return true
 }
 
-func (r *reader) gateMatch(n *yaml.Node, field string) GateMatch {
+// gateMatch reads the match of a gate or of a cost limit (what names it).
+func (r *reader) gateMatch(n *yaml.Node, field, what string) GateMatch {
 	var gm GateMatch
 	if !r.mapping(n, field, "match", "path_prefix: /api, authority: ..., header: {name: ..., value: ...}") {
 		return gm
@@ -172,7 +173,7 @@ func (r *reader) gateMatch(n *yaml.Node, field string) GateMatch {
 		}
 	}
 	if given == 0 {
-		r.errorf(n, field, "match is empty: give path_prefix, authority or header (a gate for every request would be path_prefix: /)")
+		r.errorf(n, field, "match is empty: give path_prefix, authority or header (a %s for every request would be path_prefix: /)", what)
 	}
 	return gm
 }

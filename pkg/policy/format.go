@@ -40,6 +40,13 @@ func Format(d *Domain, notes Notes) ([]byte, error) {
 		}
 		top.add("concurrency", gates)
 	}
+	if len(d.Costs) > 0 {
+		costs := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, c := range d.Costs {
+			costs.Content = append(costs.Content, costNode(c).Node)
+		}
+		top.add("costs", costs)
+	}
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
@@ -250,22 +257,7 @@ func gateNode(g *Gate, notes Notes) mapNode {
 		name.LineComment = comment(notes.Gate(g))
 	}
 	m.Content = append(m.Content, strNode("name"), name)
-	match := newMap(true)
-	if g.Match.PathPrefix != "" {
-		match.add("path_prefix", strNode(g.Match.PathPrefix))
-	}
-	if g.Match.Authority != "" {
-		match.add("authority", strNode(g.Match.Authority))
-	}
-	if h := g.Match.Header; h != nil {
-		hm := newMap(true)
-		hm.add("name", strNode(h.Name))
-		if h.Value != "" {
-			hm.add("value", strNode(h.Value))
-		}
-		match.add("header", hm.Node)
-	}
-	m.add("match", match.Node)
+	m.add("match", matchNode(g.Match).Node)
 	if g.Controller != "" && g.Controller != "gradient2" {
 		m.add("controller", strNode(g.Controller))
 	}
@@ -318,6 +310,26 @@ func gateNode(g *Gate, notes Notes) mapNode {
 		m.add("distributed", distributedNode(g.Distributed).Node)
 	}
 	return m
+}
+
+// matchNode writes the match of a gate or of a cost limit.
+func matchNode(gm GateMatch) mapNode {
+	match := newMap(true)
+	if gm.PathPrefix != "" {
+		match.add("path_prefix", strNode(gm.PathPrefix))
+	}
+	if gm.Authority != "" {
+		match.add("authority", strNode(gm.Authority))
+	}
+	if h := gm.Header; h != nil {
+		hm := newMap(true)
+		hm.add("name", strNode(h.Name))
+		if h.Value != "" {
+			hm.add("value", strNode(h.Value))
+		}
+		match.add("header", hm.Node)
+	}
+	return match
 }
 
 // comment makes text a YAML comment on one line.

@@ -52,6 +52,12 @@ func withoutPlaces(d *policy.Domain) *policy.Domain {
 		}
 		c.Gates = append(c.Gates, &x)
 	}
+	c.Costs = nil
+	for _, cl := range d.Costs {
+		x := *cl
+		x.Pos, x.Field = policy.Pos{}, ""
+		c.Costs = append(c.Costs, &x)
+	}
 	return &c
 }
 

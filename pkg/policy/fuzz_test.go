@@ -30,6 +30,8 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("domain: d\ndescriptors: &a [{key: k, descriptors: *a}]\n"))
 	f.Add([]byte("domain: d\ndescriptors:\n  - {key: k, rate_limit: {<<: [{unit: day}], requests_per_unit: 1}}\n"))
+	f.Add([]byte(costPolicy)) // the costs section
+	f.Add([]byte("domain: d\ncosts:\n  - {name: c, match: {path_prefix: /}, descriptor: [{key: k, header: h}], reserve: {header: m, max: 9}, cost: {response_trailer: t}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := policy.Parse("fuzz.yaml", data)
 		if err != nil {

@@ -22,7 +22,7 @@ type level struct {
 // The keys each level takes. Kept apart from the levels so that each level's
 // elsewhere can name the others' keys without an initialization cycle.
 var (
-	topKeys        = []string{"domain", "descriptors", "concurrency"}
+	topKeys        = []string{"domain", "descriptors", "concurrency", "costs"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors",
 		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold",
 		"mode", "lease", "on_store_error", "fairness", "federation"}

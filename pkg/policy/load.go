@@ -211,6 +211,7 @@ func assemble(files []file, errs Errors) (*Set, error) {
 		}
 	}
 	errs = append(errs, checkGates(set.Gates)...)
+	errs = append(errs, checkCosts(set.Domains)...)
 	if len(errs) > 0 {
 		sortErrors(errs)
 		return nil, errs

@@ -102,7 +102,7 @@ func decode(dec *yaml.Decoder, n *yaml.Node) (err error) {
 // domain reads the top-level mapping.
 func (r *reader) domain(top *yaml.Node) (*Domain, Pos) {
 	d := &Domain{File: r.file}
-	var nameNode *yaml.Node
+	var nameNode, costsNode *yaml.Node
 	nameOK := true
 	for _, p := range r.pairs(top, "", 0) {
 		switch p.name {
@@ -113,18 +113,26 @@ func (r *reader) domain(top *yaml.Node) (*Domain, Pos) {
 			d.Descriptors = r.descriptors(p.val, "descriptors", 1)
 		case "concurrency":
 			d.Gates = r.gates(p.val, "concurrency")
+		case "costs":
+			costsNode = p.val
+			d.Costs = r.costs(p.val, "costs")
 		default:
 			r.unknownKey(p.key, "", topLevel)
 		}
 	}
 	switch {
 	case r.halted, !nameOK:
+	case nameNode == nil && len(d.Gates) > 0 && len(d.Descriptors) == 0 && len(d.Costs) > 0:
+		r.errorf(costsNode, "costs", "costs take their units from the file's domain: add domain: <name> and the descriptors its limits are on")
 	case nameNode == nil && len(d.Gates) > 0 && len(d.Descriptors) == 0:
 		// A file of gates only: no domain needed.
 	case nameNode == nil:
 		r.errorf(top, "domain", "no domain: add domain: <name> at the top of the file")
 	case d.Name == "":
 		r.errorf(nameNode, "domain", "domain is empty: write its name, e.g. domain: edge")
+	}
+	for _, c := range d.Costs {
+		c.Domain = d.Name
 	}
 	return d, r.pos(nameNode)
 }

@@ -40,6 +40,9 @@ type Domain struct {
 	Descriptors []*Descriptor
 	// Gates are the file's concurrency gates, in file order.
 	Gates []*Gate
+	// Costs are the file's cost limits (reserve, then settle, on
+	// ext_proc), in file order; only in a file with a domain.
+	Costs []*CostLimit
 }
 
 // Descriptor is one node of a domain's tree, as envoyproxy/ratelimit defines
