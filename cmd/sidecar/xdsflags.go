@@ -81,14 +81,17 @@ func (x *xdsConfig) validate() error {
 // is no pair.
 func parsePairs(s string, sep byte, what string) (map[string]string, error) {
 	out := map[string]string{}
+	n := 0
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
 			continue
 		}
+		n++
 		k, v, ok := strings.Cut(item, string(sep))
 		if !ok || strings.TrimSpace(k) == "" {
-			return nil, fmt.Errorf("%s: %q is not key%cvalue", what, item, sep)
+			// The item is not shown: it may be a token.
+			return nil, fmt.Errorf("%s: pair %d is not key%cvalue (its text is not shown: it may hold a secret)", what, n, sep)
 		}
 		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}

@@ -151,8 +151,10 @@ func TestXDSFlagsSayWhatIsWrong(t *testing.T) {
 		{[]string{"--config-xds-url", "grpc://cp:18000"}, "want host:port"},
 		{[]string{"--config-xds-url", "cp:18000", "--config-xds-tls-ca", "/ca.pem"}, "need --config-xds-tls"},
 		{[]string{"--config-xds-url", "cp:18000", "--config-xds-tls", "--config-xds-tls-cert", "/c.pem"}, "--config-xds-tls-cert and --config-xds-tls-key go together"},
-		{[]string{"--config-xds-url", "cp:18000", "--config-xds-node-metadata", "zone"}, `--config-xds-node-metadata: "zone" is not key=value`},
-		{[]string{"--config-xds-url", "cp:18000", "--config-xds-headers", "a=b"}, `--config-xds-headers: "a=b" is not key:value`},
+		{[]string{"--config-xds-url", "cp:18000", "--config-xds-node-metadata", "zone"}, `--config-xds-node-metadata: pair 1 is not key=value`},
+		{[]string{"--config-xds-url", "cp:18000", "--config-xds-headers", "a=b"}, `--config-xds-headers: pair 1 is not key:value`},
+		// A malformed header may be a token: the error never shows it.
+		{[]string{"--config-xds-url", "cp:18000", "--config-xds-headers", "x-tenant:a, Bearer s3cr3t-token"}, `--config-xds-headers: pair 2 is not key:value (its text is not shown: it may hold a secret)`},
 		{[]string{"--config-xds-url", "cp:18000", "--config-xds-retry-interval", "0s"}, "must be positive"},
 		{[]string{"--force-start-without-policy"}, "--force-start-without-policy needs --config-xds-url"},
 		{[]string{"--config-xds-overlay", "/o"}, "--config-xds-overlay needs --config-xds-url"},
@@ -160,6 +162,9 @@ func TestXDSFlagsSayWhatIsWrong(t *testing.T) {
 		_, err := parseServe(tc.args, func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%v: the error shows the token: %v", tc.args, err)
 		}
 	}
 	c, err := parseServe([]string{"--config-xds-url", "cp:18000", "--config-xds-node-metadata", "a=1, b=2", "--config-xds-headers", "x-token:t"}, func(string) string { return "" }, io.Discard)

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -21,6 +22,7 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -32,6 +34,10 @@ type Options struct {
 	// TLS, when set, serves over TLS with it (client certificates as it
 	// says).
 	TLS *tls.Config
+	// PermitPings lets clients ping as often as they like (gRPC servers
+	// otherwise answer pings more frequent than every 5 minutes with a
+	// GOAWAY): for tests of a client's keepalive.
+	PermitPings bool
 }
 
 // Server is a running management server owned by one test; it stops when
@@ -79,6 +85,9 @@ func Start(tb testing.TB, opts Options) *Server {
 	var gopts []grpc.ServerOption
 	if opts.TLS != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
+	if opts.PermitPings {
+		gopts = append(gopts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Millisecond, PermitWithoutStream: true}))
 	}
 	s.gs = grpc.NewServer(gopts...)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -17,12 +18,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/throttlekit/throttlekit/pkg/policy"
 )
+
+// DefaultXDSKeepalive is XDSOptions.Keepalive's default.
+const DefaultXDSKeepalive = 5 * time.Minute
 
 // XDSOptions configure an XDS source. Target is required.
 type XDSOptions struct {
@@ -50,6 +55,16 @@ type XDSOptions struct {
 	MaxRetryInterval time.Duration
 	// MaxMessageSize is the largest push accepted, in bytes (0: gRPC's 4 MiB).
 	MaxMessageSize int
+	// Keepalive is how long the stream may be silent before the client
+	// pings the management server; a ping unanswered within KeepaliveTimeout
+	// closes the connection and a reconnect begins, so a stalled server
+	// (one that neither answers nor closes) is left in minutes rather than
+	// when TCP gives up. Default 5 minutes: gRPC servers refuse pings more
+	// frequent than their enforcement policy (5 minutes unless configured)
+	// with a GOAWAY. Negative disables it.
+	Keepalive time.Duration
+	// KeepaliveTimeout is how long a ping may go unanswered. Default 20s.
+	KeepaliveTimeout time.Duration
 	// OverlayDir, when set, is read before each push is built (LoadOverlay),
 	// and watched: a change rebuilds the last applied push with the new
 	// overlay and applies it (a failure leaves the policy in use).
@@ -184,6 +199,9 @@ func (x *XDS) session(ctx context.Context, apply Apply) (pushed bool, err error)
 		creds = credentials.NewTLS(x.opts.TLS)
 	}
 	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if ka := cmp.Or(x.opts.Keepalive, DefaultXDSKeepalive); ka > 0 {
+		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ka, Timeout: cmp.Or(x.opts.KeepaliveTimeout, 20*time.Second)}))
+	}
 	if x.opts.MaxMessageSize > 0 {
 		dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(x.opts.MaxMessageSize)))
 	}

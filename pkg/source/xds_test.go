@@ -252,6 +252,34 @@ func TestXDSRestartReconnect(t *testing.T) {
 	}
 }
 
+// TestXDSStalledServerIsLeft (issue 32, item 3): a management server that
+// stalls — the connection open, nothing flowing either way — is left once
+// a keepalive ping goes unanswered, and the client reconnects; it used to
+// wait on the stream until TCP gave up (minutes to hours). A push after
+// the stall heals is applied.
+func TestXDSStalledServerIsLeft(t *testing.T) {
+	srv := xdstest.Start(t, xdstest.Options{PermitPings: true})
+	proxy := testenv.StartProxy(t, srv.Addr)
+	// gRPC pings no more often than every 10 s, whatever is asked.
+	h := startSource(t, source.XDSOptions{Target: proxy.Addr, NodeID: "n", Keepalive: 10 * time.Second, KeepaliveTimeout: 500 * time.Millisecond,
+		MaxRetryInterval: 100 * time.Millisecond})
+	srv.Push("n", "v1", limitConfig("edge-limits", "edge", "remote_address", 3))
+	wait(t, "v1 applied", func() bool { return h.appliedCount() == 1 })
+	before := strings.Count(h.logs.String(), "reconnecting")
+	proxy.Blackhole("upstream")
+	proxy.Blackhole("downstream")
+	left := time.Now().Add(40 * time.Second) // a ping's 10 s and its timeout, on a loaded machine
+	for strings.Count(h.logs.String(), "reconnecting") == before {
+		if time.Now().After(left) {
+			t.Fatalf("the stalled stream was not left in 40 s:\n%s", h.logs.String())
+		}
+		<-time.After(50 * time.Millisecond) // polling a condition with a deadline
+	}
+	proxy.Heal()
+	srv.Push("n", "v2", limitConfig("edge-limits", "edge", "remote_address", 4))
+	wait(t, "v2 applied after the stall", func() bool { return h.limitOf(t, "edge", "remote_address") == 4 })
+}
+
 // TestXDSNodeAndHeaders: the node id and metadata reach the server in the
 // request, the additional headers as the stream's metadata.
 func TestXDSNodeAndHeaders(t *testing.T) {
