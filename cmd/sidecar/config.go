@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -144,9 +145,75 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	return c, c.validate()
 }
 
+// environ lists the process's environment variable names (the
+// misspelling check; tests set variables with t.Setenv).
+var environ = func() []string {
+	var names []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+	}
+	return names
+}
+
+// unknownTwins refuses every THROTTLEKIT_* variable in the environment that
+// is no flag's twin (THROTTLEKIT_<FLAG> or THROTTLEKIT_DEFAULT_<FLAG>): a
+// misspelling would otherwise be ignored without a word, and a store or a
+// limit silently left at its default. It suggests the nearest twin.
+func unknownTwins(fs *flag.FlagSet) error {
+	twins := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		n := strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		twins[envPrefix+n], twins[envDefaultPrefix+n] = true, true
+	})
+	var errs []error
+	for _, name := range environ() {
+		if !strings.HasPrefix(name, envPrefix) || twins[name] {
+			continue
+		}
+		best, dist := "", 4
+		for t := range twins {
+			if d := editDistance(name, t); d < dist || d == dist && t < best {
+				best, dist = t, d
+			}
+		}
+		hint := "no flag has this twin: `throttlekit serve --help` lists the flags (--grpc-addr is THROTTLEKIT_GRPC_ADDR)"
+		if best != "" {
+			hint = "did you mean " + best + "?"
+		}
+		errs = append(errs, fmt.Errorf("environment variable %s is not a setting: %s", name, hint))
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
 // applyEnv sets every flag not given on the command line from its
 // environment twin.
 func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	if err := unknownTwins(fs); err != nil {
+		return err
+	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error

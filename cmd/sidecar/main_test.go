@@ -17,6 +17,21 @@ import (
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
+// memoryStore returns e with THROTTLEKIT_STORE=memory when it names no
+// store: a process envoyproxy/ratelimit's variables configure must say
+// where it counts (upstream would count in Redis; serve refuses to fall
+// back to per-process counters), and these tests count in memory.
+func memoryStore(e map[string]string) map[string]string {
+	if e["REDIS_URL"] != "" || e["THROTTLEKIT_STORE"] != "" {
+		return e
+	}
+	out := map[string]string{"THROTTLEKIT_STORE": "memory"}
+	for k, v := range e {
+		out[k] = v
+	}
+	return out
+}
+
 func TestFlagsEnvironmentTwinsAndPrecedence(t *testing.T) {
 	var stderr bytes.Buffer
 	c, err := parseServe([]string{"--grpc-addr", "127.0.0.1:9999"}, env(map[string]string{

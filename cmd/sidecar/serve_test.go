@@ -66,7 +66,7 @@ func startServeWith(t *testing.T, policy string, args []string, env map[string]s
 	}
 	args = append([]string{"serve", "--policy", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--drain-timeout", "2s"}, args...)
-	return runServe(t, args, func(k string) string { return env[k] })
+	return runServe(t, args, func(k string) string { return memoryStore(env)[k] })
 }
 
 // runServe runs the binary's entry point with args and the environment

@@ -69,7 +69,7 @@ func runtimeRoot(t *testing.T, name, policy string) string {
 // alone, until it logs "serving"; Cleanup stops it.
 func runAs(t *testing.T, argv []string, e map[string]string) *sidecar {
 	t.Helper()
-	s := runServe(t, commandLine(argv), env(e))
+	s := runServe(t, commandLine(argv), env(memoryStore(e)))
 	if s.grpcAddr == "" {
 		t.Fatalf("serve returned %d before serving", s.code)
 	}

@@ -16,7 +16,7 @@ import (
 // parseUpstream parses serve's command line args under the environment e.
 func parseUpstream(t *testing.T, args []string, e map[string]string) *serveConfig {
 	t.Helper()
-	c, err := parseServe(args, env(e), io.Discard)
+	c, err := parseServe(args, env(memoryStore(e)), io.Discard)
 	if err != nil {
 		t.Fatalf("%v %v: %v", args, e, err)
 	}
@@ -100,7 +100,7 @@ func TestBadUpstreamValuesSayWhatToFix(t *testing.T) {
 		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "forever"}, "--grpc-max-connection-age (from GRPC_MAX_CONNECTION_AGE)"},
 		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":8080"}, "--metrics-addr :8080 is also"},
 	} {
-		_, err := parseServe(nil, env(tc.env), io.Discard)
+		_, err := parseServe(nil, env(memoryStore(tc.env)), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want it to mention %q", tc.env, err, tc.want)
 		}
@@ -149,3 +149,45 @@ func TestRunAsRatelimitServes(t *testing.T) {
 		t.Errorf("--upstream-defaults: %s %s %s", c.grpcAddr, c.httpAddr, c.policyDir)
 	}
 }
+
+// TestUpstreamNeverFallsBackToMemory (issue 32, item 1): where upstream
+// would count in Redis — BACKEND_TYPE=redis, or its variables configure
+// the process, with REDIS_URL unset (upstream's default is a unix socket)
+// — serve refuses to start, naming what to set, instead of serving on
+// per-process counters (N replicas each enforcing the whole limit). Naming
+// the memory store (--store memory, THROTTLEKIT_STORE=memory) or a Redis is
+// fine; a misspelled THROTTLEKIT_* variable is refused, naming it.
+func TestUpstreamNeverFallsBackToMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // "" for no error
+	}{
+		{"BACKEND_TYPE=redis, no REDIS_URL", nil, map[string]string{"BACKEND_TYPE": "redis"}, "BACKEND_TYPE=redis needs REDIS_URL"},
+		{"upstream's variables, no REDIS_URL", nil, map[string]string{"GRPC_PORT": "8081", "RUNTIME_ROOT": "/data"}, "REDIS_URL is not set"},
+		{"running as ratelimit, no REDIS_URL", []string{"--upstream-defaults"}, nil, "REDIS_URL is not set"},
+		{"--store memory says so", []string{"--store", "memory"}, map[string]string{"BACKEND_TYPE": "redis"}, ""},
+		{"THROTTLEKIT_STORE=memory says so", nil, map[string]string{"GRPC_PORT": "8081", "THROTTLEKIT_STORE": "memory"}, ""},
+		{"a Redis", nil, map[string]string{"BACKEND_TYPE": "redis", "REDIS_URL": "r:6379"}, ""},
+		{"common names alone keep the native default", nil, map[string]string{"PORT": "9090", "LOG_LEVEL": "debug"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseServe(tc.args, env(tc.env), io.Discard)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--store memory")):
+				t.Fatalf("err = %v, want it to say %q and how to choose memory", err, tc.want)
+			}
+		})
+	}
+	t.Run("a misspelled THROTTLEKIT_ variable", func(t *testing.T) {
+		t.Setenv("THROTTLEKIT_STOR", "redis")
+		_, err := parseServe(nil, env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "THROTTLEKIT_STOR") || !strings.Contains(err.Error(), "THROTTLEKIT_STORE") {
+			t.Fatalf("err = %v, want THROTTLEKIT_STOR refused, suggesting THROTTLEKIT_STORE", err)
+		}
+	})
+}
+

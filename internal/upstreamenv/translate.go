@@ -29,6 +29,10 @@ type Env struct {
 	applied  []string          // upstream defaults that took effect ("--grpc-addr 0.0.0.0:8081")
 	env      map[string]string // the variables set
 	seen     map[string]bool   // the variables accounted for
+	// noStore, when set, is why upstream would count in a Redis that no
+	// variable names: Apply refuses unless --store was given (by flag or
+	// THROTTLEKIT_STORE), rather than fall back to per-process counters.
+	noStore string
 }
 
 // flagValue is one flag's value and the variables it came from.
@@ -159,7 +163,16 @@ func Translate(environ map[string]string, force bool) (*Env, error) {
 	switch bt := strings.ToLower(value("BACKEND_TYPE")); bt {
 	case "", "redis":
 		if !has("REDIS_URL") {
-			break // upstream's default, a nutcracker socket, is no store here: memory
+			// Upstream's default REDIS_URL is a unix socket (nutcracker's):
+			// it counts in Redis. Here that would be per-process counters,
+			// N replicas each enforcing the whole limit: refused.
+			switch {
+			case has("BACKEND_TYPE"):
+				u.noStore = "BACKEND_TYPE=redis needs REDIS_URL (host:port of the Redis to count in)"
+			case u.defaults:
+				u.noStore = "REDIS_URL is not set, and envoyproxy/ratelimit's variables configure this process: upstream would count in the Redis at its default unix socket"
+			}
+			break
 		}
 		raw, err := redisURL(set, boolean("REDIS_TLS"))
 		if err != nil {
@@ -289,6 +302,9 @@ func (u *Env) Apply(fs *flag.FlagSet) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
+	if u.noStore != "" && !given["store"] {
+		errs = append(errs, fmt.Errorf("%s; throttlekit does not fall back to in-memory counters (each replica would enforce the whole limit): set REDIS_URL, or choose them with --store memory (THROTTLEKIT_STORE=memory)", u.noStore))
+	}
 	for _, fv := range u.flags {
 		name := strings.TrimPrefix(fv.flag, "--")
 		if given[name] {

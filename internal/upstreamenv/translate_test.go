@@ -240,7 +240,7 @@ func TestApplyLeavesGivenFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs := flagSet()
-	for _, f := range [][2]string{{"grpc-addr", "127.0.0.1:6000"}, {"log-level", "error"}, {"http-addr", "127.0.0.1:7000"}} {
+	for _, f := range [][2]string{{"grpc-addr", "127.0.0.1:6000"}, {"log-level", "error"}, {"http-addr", "127.0.0.1:7000"}, {"store", "memory"}} {
 		if err := fs.Set(f[0], f[1]); err != nil {
 			t.Fatal(err)
 		}
@@ -388,3 +388,25 @@ func TestRuntimeLayoutIgnoredUnderXDS(t *testing.T) {
 		t.Errorf("ignored as coming over xDS: %v, want RUNTIME_ROOT RUNTIME_SUBDIRECTORY", got)
 	}
 }
+
+// TestApplyRefusesAStoreNoVariableNames: where upstream would count in a
+// Redis no variable names, Apply refuses unless --store was given.
+func TestApplyRefusesAStoreNoVariableNames(t *testing.T) {
+	for _, e := range []map[string]string{{"BACKEND_TYPE": "redis"}, {"GRPC_PORT": "9091"}} {
+		u, err := Translate(e, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := u.Apply(flagSet()); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+			t.Errorf("%v: Apply = %v, want a refusal naming REDIS_URL", e, err)
+		}
+		fs := flagSet()
+		if err := fs.Set("store", "memory"); err != nil {
+			t.Fatal(err)
+		}
+		if err := u.Apply(fs); err != nil {
+			t.Errorf("%v with --store memory: %v", e, err)
+		}
+	}
+}
+

@@ -108,7 +108,7 @@ var vars = []variable{
 	{"LOCAL_CACHE_SIZE_IN_BYTES", "0", "", "rules keep their own in-process state (cached_deny, leased modes), bounded by `--max-keys`", false},
 	{"NEAR_LIMIT_RATIO", "0.8", "", "no near_limit statistic; decisions are counted by code in `/metrics`", false},
 	{"CACHE_KEY_PREFIX", "", "", "throttlekit's keys have their own encoding (they never meet upstream's); give fleets that must not share counters their own Redis database (`/N`)", false},
-	{"BACKEND_TYPE", "redis", "--store", "redis, with REDIS_URL set; memcache stops serve with an error", false},
+	{"BACKEND_TYPE", "redis", "--store", "redis, at REDIS_URL: unset, serve refuses to start rather than count in memory (choose memory with --store memory); memcache stops serve with an error", false},
 	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", "", "not configurable: a request one limit denies consumes nothing from its other limits (see Policy)", false},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", "--response-headers", "", false},
 	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", "", whyHeaders, false},
