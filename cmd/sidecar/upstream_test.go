@@ -190,4 +190,3 @@ func TestUpstreamNeverFallsBackToMemory(t *testing.T) {
 		}
 	})
 }
-

@@ -409,4 +409,3 @@ func TestApplyRefusesAStoreNoVariableNames(t *testing.T) {
 		}
 	}
 }
-
