@@ -4,9 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
 	"github.com/throttlekit/throttlekit/pkg/gale/storetest"
+	"github.com/throttlekit/throttlekit/pkg/policy"
 )
 
 const chargeEnginePolicy = `
@@ -88,4 +92,61 @@ func TestChargesInTheEngine(t *testing.T) {
 	}
 	now = now.Add(time.Hour)
 	step("the next window", charged(0, "ai", "user=a"), "OK OK", 10)
+}
+
+// TestMonthlyTokenBudget loads config/budgets (a token budget per user per
+// UTC calendar month, algorithm: quota) and charges it across the end of
+// January and of February, on the memory store and on Redis: the budget
+// resets on the 1st at 00:00 UTC whatever the month's length, and an
+// overrun in January leaves February whole.
+func TestMonthlyTokenBudget(t *testing.T) {
+	set, err := policy.Load("../../config/budgets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) gale.Store
+	}{
+		{"memory", func(*testing.T) gale.Store { return memstore.New() }},
+		{"redis", func(t *testing.T) gale.Store {
+			s, err := redisstore.New(testenv.StartRedis(t).Client(), redisstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := engine.New(engine.Options{Store: tc.store(t), StoreTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close(bg) })
+			if err := e.Load(bg, set); err != nil {
+				t.Fatal(err)
+			}
+			// Late in 2027, ahead of Redis's own clock.
+			now := time.Date(2027, 1, 31, 23, 0, 0, 0, time.UTC)
+			step := func(name string, n uint64, wantCode string, wantRemaining uint32, wantReset time.Duration) {
+				t.Helper()
+				resp := decide(t, e, charged(n, "ai", "user_id=alice"), now)
+				st := resp.Statuses[0]
+				if got := codes(resp); got != wantCode || st.Remaining != wantRemaining || st.UntilReset != wantReset {
+					t.Fatalf("%s: %s remaining %d reset in %v, want %s remaining %d reset in %v", name, got, st.Remaining, st.UntilReset, wantCode, wantRemaining, wantReset)
+				}
+			}
+			step("check-only on January 31st", 0, "OK OK", 1_000_000, time.Hour)
+			step("a month's tokens less 1,000", 999_000, "OK OK", 1_000, time.Hour)
+			step("5,000 more overrun", 5_000, "OVER_LIMIT OVER_LIMIT", 0, time.Hour)
+			step("check-only after the overrun", 0, "OVER_LIMIT OVER_LIMIT", 0, time.Hour)
+			now = now.Add(time.Hour)
+			// February has 28 days: its budget ends on March 1st, not 30 days on.
+			step("February 1st: whole again", 0, "OK OK", 1_000_000, 28*24*time.Hour)
+			step("a charge in February", 10, "OK OK", 999_990, 28*24*time.Hour)
+			now = time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)
+			step("March 1st", 0, "OK OK", 1_000_000, 31*24*time.Hour)
+		})
+	}
 }
