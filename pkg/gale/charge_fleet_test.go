@@ -68,9 +68,8 @@ func runChargeStreams(t *testing.T, nodes []*gale.Limiter, key string, k int, cm
 	return w
 }
 
-// chargeFleetBounds runs check-then-charge streams on 4 leased limiters
-// (window-coupled, and strict for comparison) of one store for several
-// windows, and checks the README's check-then-charge bounds: a window
+// chargeFleetBounds runs check-then-charge streams on 4 limiters of one
+// store — strict, cached_deny, leased window-coupled — for several windows, and checks the README's check-then-charge bounds: a window
 // counts at most Limit plus the charges of the streams in flight when it
 // went past the limit — N·K·c for N nodes with K streams in flight each
 // and charges of at most c — and leased adds the streams in flight on each
@@ -82,7 +81,7 @@ func chargeFleetBounds(t *testing.T, s gale.Store, count func(key string, r gale
 		batch, cmax = 50, 20
 	)
 	rule := gale.Rule{Algorithm: gale.FixedWindow, Limit: limit, Period: time.Minute}
-	for _, mode := range []gale.Mode{gale.Strict, gale.Leased} {
+	for _, mode := range []gale.Mode{gale.Strict, gale.CachedDeny, gale.Leased} {
 		t.Run(mode.String(), func(t *testing.T) {
 			var nodes []*gale.Limiter
 			for range n {
@@ -122,8 +121,6 @@ func chargeFleetBounds(t *testing.T, s gale.Store, count func(key string, r gale
 func TestChargeFleetMemory(t *testing.T) {
 	s := memstore.New()
 	chargeFleetBounds(t, s, func(key string, r gale.Rule, now time.Time) int64 {
-		// Units past the limit show as the overrun of a charge of 1, less
-		// that 1; a check-only charge shows the rest.
 		return countFromStore(t, s, key, r, now)
 	})
 }
@@ -145,9 +142,10 @@ func TestChargeFleetRedis(t *testing.T) {
 	})
 }
 
-// countFromStore reads key's count in the window of now from any store:
-// a charge of 1 reports how far past the limit the count stood (its
-// overrun less the 1, when over), and is given back after.
+// countFromStore reads key's count in the window of now through a store's
+// own operations: at or below the limit, a check-only charge's Remaining
+// says it; past it, units are given back one by one until a check-only
+// charge fits, then charged again.
 func countFromStore(t *testing.T, s gale.Store, key string, r gale.Rule, now time.Time) int64 {
 	d, err := s.Charge(bg, key, r, 0, now)
 	if err != nil {
