@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
 	"github.com/throttlekit/throttlekit/pkg/gale/storetest"
 )
 
@@ -75,7 +78,10 @@ func runChargeStreams(t *testing.T, nodes []*gale.Limiter, key string, k int, cm
 // and charges of at most c — and leased adds the streams in flight on each
 // node when its own credits ran out: Limit + 2·N·K·c. Every unit counted
 // past the limit is reported as an overrun, once; and the budget is spent.
-func chargeFleetBounds(t *testing.T, s gale.Store, count func(key string, r gale.Rule, now time.Time) int64) {
+//
+// Each node's store is node(): its own client of one server, as a sidecar
+// has.
+func chargeFleetBounds(t *testing.T, node func() gale.Store, count func(key string, r gale.Rule, now time.Time) int64) {
 	const (
 		n, k, limit = 4, 6, 1000
 		batch, cmax = 50, 20
@@ -85,7 +91,7 @@ func chargeFleetBounds(t *testing.T, s gale.Store, count func(key string, r gale
 		t.Run(mode.String(), func(t *testing.T) {
 			var nodes []*gale.Limiter
 			for range n {
-				nodes = append(nodes, newLimiter(t, s, gale.Config{Rule: rule, Mode: mode, Lease: gale.LeaseConfig{Batch: batch}, StoreTimeout: 10 * time.Second}))
+				nodes = append(nodes, newLimiter(t, node(), gale.Config{Rule: rule, Mode: mode, Lease: gale.LeaseConfig{Batch: batch}, StoreTimeout: 10 * time.Second}))
 			}
 			bound := int64(limit + n*k*cmax)
 			if mode == gale.Leased {
@@ -120,16 +126,27 @@ func chargeFleetBounds(t *testing.T, s gale.Store, count func(key string, r gale
 // TestChargeFleetMemory: the bounds on the memory store.
 func TestChargeFleetMemory(t *testing.T) {
 	s := memstore.New()
-	chargeFleetBounds(t, s, func(key string, r gale.Rule, now time.Time) int64 {
+	chargeFleetBounds(t, func() gale.Store { return s }, func(key string, r gale.Rule, now time.Time) int64 {
 		return countFromStore(t, s, key, r, now)
 	})
 }
 
-// TestChargeFleetRedis: the bounds with 4 limiters on one real Redis,
-// reading each window's count from its hash.
+// TestChargeFleetRedis: the bounds with 4 limiters on one real Redis, each
+// with its own client and store, as 4 sidecars are, reading each window's
+// count from its hash.
 func TestChargeFleetRedis(t *testing.T) {
 	s, srv := newRedisStore(t)
-	chargeFleetBounds(t, s, func(key string, r gale.Rule, now time.Time) int64 {
+	node := func() gale.Store {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		t.Cleanup(func() { _ = c.Close() })
+		ns, err := redisstore.New(c, redisstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ns.Close() })
+		return ns
+	}
+	chargeFleetBounds(t, node, func(key string, r gale.Rule, now time.Time) int64 {
 		v, err := srv.Client().HGet(bg, s.Key(key), "c").Result()
 		if err != nil {
 			t.Fatal(err)
