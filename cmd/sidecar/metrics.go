@@ -47,7 +47,7 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 		reg: reg,
 		e:   e,
 		storeCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "throttlekit_store_calls_total", Help: "Calls to the counter store, by operation (check, lease, return).",
+			Name: "throttlekit_store_calls_total", Help: "Calls to the counter store, by operation (check, lease, return, charge).",
 		}, []string{"op"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttlekit_store_errors_total", Help: "Store calls that failed, by operation.",
@@ -216,6 +216,13 @@ func (s *instrumentedStore) Lease(ctx context.Context, key string, r gale.Rule, 
 	return g, err
 }
 
+func (s *instrumentedStore) Charge(ctx context.Context, key string, r gale.Rule, n int64, now time.Time) (gale.Decision, error) {
+	start := time.Now()
+	d, err := s.Store.Charge(ctx, key, r, n, now)
+	s.observe("charge", start, err)
+	return d, err
+}
+
 func (s *instrumentedStore) Return(ctx context.Context, key string, r gale.Rule, n int64, end, now time.Time) error {
 	start := time.Now()
 	err := s.Store.Return(ctx, key, r, n, end, now)
@@ -237,6 +244,8 @@ var (
 	descValueDecisions = prometheus.NewDesc("throttlekit_decisions_by_value_total",
 		"Verdicts of detailed_metric / value_to_metric rules by descriptor value (at most 100 values per rule, then _other).",
 		[]string{"domain", "rule", "value", "code"}, nil)
+	descCharges       = prometheus.NewDesc("throttlekit_charges_total", "Descriptors with a hits_addend of their own (check-then-charge), by kind: check_only (0: checked, not counted) and charge (counted in full, even past the limit).", []string{"domain", "rule", "kind"}, nil)
+	descOverrunUnits  = prometheus.NewDesc("throttlekit_charge_overrun_units_total", "Units charges counted past the limit (a charge that overran is answered OVER_LIMIT and counted all the same).", []string{"domain", "rule"}, nil)
 	descLocalHits     = prometheus.NewDesc("throttlekit_local_hits_total", "Checks served from leased credits in this process.", []string{"domain", "rule"}, nil)
 	descCachedDenials = prometheus.NewDesc("throttlekit_cached_denials_total", "Checks denied from a remembered denial, without asking the store.", []string{"domain", "rule"}, nil)
 	descLeasesReq     = prometheus.NewDesc("throttlekit_leases_requested_total", "Leases asked of the store.", []string{"domain", "rule"}, nil)
@@ -261,7 +270,7 @@ var (
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descValueDecisions, descLocalHits, descCachedDenials, descLeasesReq,
+	for _, d := range []*prometheus.Desc{descDecisions, descValueDecisions, descCharges, descOverrunUnits, descLocalHits, descCachedDenials, descLeasesReq,
 		descLeasesGranted, descCreditsLeased, descStranded, descReturned, descL1Keys, descEvictions, descFallbacks, descRoundTrips, descRedisOps, descRestarts,
 		descFairShare, descLeaseBatch, descGateLimit, descGateInflight, descGateQueued, descGateAdmitted, descGateRejected, descUnknownDomain} {
 		ch <- d
@@ -278,6 +287,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDecisions, s.Decisions.OverLimit, dom, rule, "over_limit")
 		counter(descDecisions, s.Decisions.NearLimit, dom, rule, "near_limit")
 		counter(descDecisions, s.Decisions.Shadow, dom, rule, "shadow")
+		counter(descCharges, s.Charges.CheckOnly, dom, rule, "check_only")
+		counter(descCharges, s.Charges.Charged, dom, rule, "charge")
+		counter(descOverrunUnits, s.Charges.OverrunUnits, dom, rule)
 		for v, d := range s.Values {
 			counter(descValueDecisions, d.OK, dom, rule, v, "ok")
 			counter(descValueDecisions, d.OverLimit, dom, rule, v, "over_limit")

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/throttlekit/throttlekit/pkg/envoyrls"
 )
@@ -42,6 +43,9 @@ type probeConfig struct {
 	domain      string
 	descriptors [][]entry
 	hits        uint32
+	// addend, when set, is every descriptor's own hits_addend: 0 checks
+	// without counting (--check-only), N > 0 charges N (--charge).
+	addend *uint64
 
 	// ext_proc: one HTTP request's headers, a hold, its response headers.
 	extproc      bool
@@ -55,14 +59,17 @@ type probeConfig struct {
 func parseProbe(args []string, stdout io.Writer) (*probeConfig, error) {
 	c := &probeConfig{}
 	var descs, headers stringsFlag
-	var hits uint
+	var hits, charge uint64
+	var checkOnly bool
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	fs.StringVar(&c.addr, "addr", defaultGRPCAddr, "the sidecar's gRPC address (serve's --grpc-addr)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for each answer")
 	fs.StringVar(&c.domain, "domain", "", "rate limit: the policy domain to ask (e.g. edge)")
 	fs.Var(&descs, "descriptor", "rate limit: one descriptor, key=value, or key=value,key2=value2 for nested entries; repeat for more descriptors")
-	fs.UintVar(&hits, "hits", 1, "rate limit: how many hits the request counts (hits_addend)")
+	fs.Uint64Var(&hits, "hits", 1, "rate limit: how many hits the request counts (the request's hits_addend)")
+	fs.BoolVar(&checkOnly, "check-only", false, "rate limit: check without counting, as Envoy asks when a request starts under a cost-based limit (each descriptor's hits_addend 0)")
+	fs.Uint64Var(&charge, "charge", 0, "rate limit: charge N units, counted even past the limit, as Envoy charges a cost when the response is done (each descriptor's hits_addend N)")
 	fs.BoolVar(&c.extproc, "extproc", false, "send one request through the concurrency gates (ext_proc) instead")
 	fs.StringVar(&c.path, "path", "/", "ext_proc: the request's :path")
 	fs.StringVar(&c.method, "method", "GET", "ext_proc: the request's :method")
@@ -71,7 +78,7 @@ func parseProbe(args []string, stdout io.Writer) (*probeConfig, error) {
 	fs.DurationVar(&c.hold, "hold", 0, "ext_proc: how long to hold the admitted request (and its gate slot) before its response headers")
 	fs.IntVar(&c.status, "status", 200, "ext_proc: the :status of the response headers sent after --hold (5xx counts as an error)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: throttlekit probe --domain D --descriptor k=v [--descriptor k=v ...] [--hits N]
+		fmt.Fprint(fs.Output(), `usage: throttlekit probe --domain D --descriptor k=v [--descriptor k=v ...] [--hits N | --check-only | --charge N]
        throttlekit probe --extproc --path /p [--hold 2s] [--header k=v ...]
 
 Asks a running throttlekit one question and says the answer in words:
@@ -98,7 +105,7 @@ answer came, 2 on a bad command line.
 		return nil, errors.New("--timeout must be positive")
 	}
 	if c.extproc {
-		for _, name := range []string{"domain", "descriptor", "hits"} {
+		for _, name := range []string{"domain", "descriptor", "hits", "check-only", "charge"} {
 			if given[name] {
 				return nil, errors.New("--domain and --descriptor go without --extproc: a probe asks the rate limiter or the gates, not both")
 			}
@@ -134,8 +141,20 @@ answer came, 2 on a bad command line.
 		return nil, errors.New("--hits must be at least 1")
 	case hits > math.MaxUint32:
 		return nil, fmt.Errorf("--hits %d: at most %d", hits, uint32(math.MaxUint32))
+	case given["check-only"] && given["charge"], given["hits"] && (given["check-only"] || given["charge"]):
+		return nil, errors.New("give one of --hits, --check-only and --charge: --check-only asks without counting, --charge N counts N even past the limit, --hits N counts N only when they fit")
+	case given["charge"] && charge < 1:
+		return nil, errors.New("--charge must be at least 1 (--check-only checks without counting)")
+	case charge > 1<<40:
+		return nil, fmt.Errorf("--charge %d: at most %d", charge, uint64(1<<40))
 	}
 	c.hits = uint32(hits)
+	switch {
+	case checkOnly:
+		c.addend = new(uint64)
+	case given["charge"]:
+		c.addend = &charge
+	}
 	for _, d := range descs {
 		es, err := parseDescriptor(d)
 		if err != nil {
@@ -189,8 +208,14 @@ func unreachable(c *probeConfig, err error, stderr io.Writer) int {
 // probeLimit sends one ShouldRateLimit and prints each descriptor's verdict.
 func probeLimit(ctx context.Context, c *probeConfig, client rlsv3.RateLimitServiceClient, stdout, stderr io.Writer) int {
 	req := &rlsv3.RateLimitRequest{Domain: c.domain, HitsAddend: c.hits}
+	if c.addend != nil {
+		req.HitsAddend = 0 // unset, as Envoy sends a cost-based limit's
+	}
 	for _, d := range c.descriptors {
 		rd := &ratelimitv3.RateLimitDescriptor{}
+		if c.addend != nil {
+			rd.HitsAddend = wrapperspb.UInt64(*c.addend)
+		}
 		for _, e := range d {
 			rd.Entries = append(rd.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.key, Value: e.value})
 		}

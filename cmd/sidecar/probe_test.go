@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -126,6 +127,49 @@ func TestProbeSaysOverLimit(t *testing.T) {
 	}
 }
 
+// TestProbeChecksThenCharges: --check-only and --charge send what Envoy
+// sends for a cost-based limit (a descriptor hits_addend of 0 when the
+// request starts, the cost when it is done), and probe says the answers:
+// a charge past the limit is OVER_LIMIT (exit 3) and counted, so the next
+// check-only call is refused too.
+func TestProbeChecksThenCharges(t *testing.T) {
+	s := startInProcess(t, map[string]string{"ai.yaml": "domain: ai\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"})
+	ctx := context.Background()
+	for _, step := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--check-only"}, 0, "OK: descriptor user=alice, limit 10 per hour, remaining 10, resets in "},
+		{[]string{"--check-only"}, 0, "OK: descriptor user=alice, limit 10 per hour, remaining 10, resets in "},
+		{[]string{"--charge", "10"}, 0, "OK: descriptor user=alice, limit 10 per hour, remaining 0, resets in "},
+		{[]string{"--check-only"}, 0, "OK: descriptor user=alice, limit 10 per hour, remaining 0, resets in "},
+		{[]string{"--charge", "7"}, 3, "OVER_LIMIT: descriptor user=alice, limit 10 per hour, remaining 0, resets in "},
+		{[]string{"--check-only"}, 3, "OVER_LIMIT: descriptor user=alice, limit 10 per hour, remaining 0, resets in "},
+	} {
+		args := append([]string{"--addr", s.grpcAddr, "--domain", "ai", "--descriptor", "user=alice"}, step.args...)
+		code, out, errs := runProbe(ctx, args...)
+		if code != step.code || !strings.HasPrefix(out, step.want) {
+			t.Fatalf("probe %v: exit %d, stdout %q, stderr %q; want exit %d and %q...", step.args, code, out, errs, step.code, step.want)
+		}
+	}
+	resp, err := http.Get("http://" + s.httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`throttlekit_charges_total{domain="ai",kind="check_only",rule="user"} 4`,
+		`throttlekit_charges_total{domain="ai",kind="charge",rule="user"} 2`,
+		`throttlekit_charge_overrun_units_total{domain="ai",rule="user"} 7`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
 // TestProbeSaysWhenAGateRejects: one probe holds the gate's only slot; a
 // second is rejected with the gate's name, status and limit; once the first
 // lets go, a probe goes through and releases its slot.
@@ -186,6 +230,10 @@ func TestProbeSaysWhatIsWrong(t *testing.T) {
 		{[]string{"--domain", "edge"}, "give at least one --descriptor"},
 		{[]string{"--domain", "edge", "--descriptor", "novalue"}, `--descriptor "novalue": want key=value`},
 		{[]string{"--domain", "edge", "--descriptor", "a=1", "--hits", "0"}, "--hits must be at least 1"},
+		{[]string{"--domain", "edge", "--descriptor", "a=1", "--check-only", "--charge", "3"}, "give one of --hits, --check-only and --charge"},
+		{[]string{"--domain", "edge", "--descriptor", "a=1", "--hits", "2", "--charge", "3"}, "give one of --hits, --check-only and --charge"},
+		{[]string{"--domain", "edge", "--descriptor", "a=1", "--charge", "0"}, "--charge must be at least 1"},
+		{[]string{"--extproc", "--check-only"}, "--domain and --descriptor go without --extproc"},
 		{[]string{"--extproc", "--path", "checkout"}, "--path must start with /"},
 		{[]string{"--extproc", "--domain", "edge"}, "--domain and --descriptor go without --extproc"},
 		{[]string{"extra"}, "probe takes no arguments"},

@@ -36,6 +36,10 @@ func (s *stalledStore) Lease(ctx context.Context, _ string, _ gale.Rule, _, _ in
 	return gale.Grant{}, s.wait(ctx)
 }
 
+func (s *stalledStore) Charge(ctx context.Context, _ string, _ gale.Rule, _ int64, _ time.Time) (gale.Decision, error) {
+	return gale.Decision{}, s.wait(ctx)
+}
+
 func (s *stalledStore) Return(ctx context.Context, _ string, _ gale.Rule, _ int64, _, _ time.Time) error {
 	return s.wait(ctx)
 }

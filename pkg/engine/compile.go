@@ -244,6 +244,23 @@ func galeRule(l *policy.Limit) (gale.Rule, error) {
 		r.Algorithm, r.Burst = gale.GCRA, int64(l.Burst)
 	case policy.TokenBucket:
 		r.Algorithm, r.Burst = gale.TokenBucket, int64(l.Burst)
+	case policy.Quota:
+		r.Algorithm, r.Period = gale.Quota, 0
+		switch l.Unit {
+		case policy.Day:
+			r.Calendar = gale.Day
+		case policy.Week:
+			r.Calendar = gale.Week
+		case policy.Month:
+			r.Calendar = gale.Month
+		case policy.Year:
+			r.Calendar = gale.Year
+		default:
+			return gale.Rule{}, fmt.Errorf("algorithm quota counts per calendar day, week, month or year, not per %s", l.Unit)
+		}
+		if l.UnitMultiplier > 1 {
+			return gale.Rule{}, fmt.Errorf("algorithm quota takes no unit_multiplier (got %d)", l.UnitMultiplier)
+		}
 	default:
 		return gale.Rule{}, fmt.Errorf("unknown algorithm %q", l.Algorithm)
 	}

@@ -18,6 +18,7 @@ type hit struct {
 	desc   int
 	key    []byte // the counter key, in the request's scratch arena
 	cost   int64
+	charge bool // counted in full even past the limit, never refunded (Descriptor.HitsAddend)
 	d      gale.Decision
 	over   bool // the limit denied
 	took   bool // units were taken, and are refunded if the request is denied
@@ -196,12 +197,12 @@ func traceHits(t *Trace, req *Request, hits []hit) {
 		tl := TracedLimit{
 			Descriptor: h.desc, Rule: h.r.ref, Mode: h.r.mode, Algorithm: h.r.algorithm,
 			Code: CodeOK, Shadow: h.shadow(), StoreTrips: int(h.d.Trips), Fallback: h.d.Fallback,
-			Refunded: h.d.Allowed && !h.d.Fallback && !h.took,
+			Refunded: h.d.Allowed && !h.d.Fallback && !h.took && !h.charge,
 		}
 		if h.over {
 			tl.Code = CodeOverLimit
 		}
-		if req.Descriptors[h.desc].Negative && h.r.lim != nil && h.r.mode != policy.Leased {
+		if req.Descriptors[h.desc].Negative && h.cost > 0 && h.r.lim != nil && h.r.mode != policy.Leased {
 			tl.StoreTrips = 1
 		}
 		t.StoreTrips += tl.StoreTrips
@@ -216,7 +217,7 @@ func traceHits(t *Trace, req *Request, hits []hit) {
 func (e *Engine) match(s *scratch, root *node, req *Request) error {
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
-		cost := req.cost(d)
+		cost, charge := req.cost(d)
 		keys, values := s.keys[:0], s.values[:0]
 		if o := d.Override; o != nil {
 			r, err := e.acquireOverride(*o)
@@ -229,7 +230,7 @@ func (e *Engine) match(s *scratch, root *node, req *Request) error {
 			}
 			at := len(s.buf)
 			s.buf = appendKey(s.buf, req.Domain, r.id, keys, values)
-			s.hits = append(s.hits, hit{desc: i, r: &r.rule, cost: cost, key: s.buf[at:len(s.buf):len(s.buf)]})
+			s.hits = append(s.hits, hit{desc: i, r: &r.rule, cost: cost, charge: charge, key: s.buf[at:len(s.buf):len(s.buf)]})
 			continue
 		}
 		if root == nil {
@@ -248,7 +249,7 @@ func (e *Engine) match(s *scratch, root *node, req *Request) error {
 			values = append(values, v)
 		}
 		for _, r := range b.rules {
-			h := hit{desc: i, r: r, cost: cost}
+			h := hit{desc: i, r: r, cost: cost, charge: charge}
 			switch {
 			case r.fair != nil:
 				// One counter for every tenant: the tenant's value is left
@@ -328,14 +329,25 @@ func (e *Engine) evaluate(ctx context.Context, req *Request, h *hit, now time.Ti
 		// The units the key consumed in the window in place at now go
 		// back, never more than it consumed.
 		h.status = Status{Code: CodeOK, Limit: &r.info}
+		if h.cost == 0 {
+			return nil // a hits_addend of 0 gives nothing back
+		}
 		_, err := r.lim.GiveBack(ctx, string(h.key), h.cost, now)
 		return err
 	}
-	d, err := r.lim.CheckBytes(ctx, h.key, h.cost, now)
+	var d gale.Decision
+	var err error
+	if h.charge {
+		d, err = r.lim.ChargeBytes(ctx, h.key, h.cost, now)
+	} else {
+		d, err = r.lim.CheckBytes(ctx, h.key, h.cost, now)
+	}
 	if err != nil {
 		return err
 	}
-	h.d, h.took, h.over = d, d.Allowed && !d.Fallback, !d.Allowed
+	// A charge is counted whatever the request's answer: it is never
+	// refunded.
+	h.d, h.took, h.over = d, d.Allowed && !d.Fallback && !h.charge, !d.Allowed
 	h.status = Status{Code: CodeOK, Limit: &r.info, Remaining: clampUint32(d.Remaining), UntilReset: max(d.ResetAt.Sub(now), 0)}
 	if h.over {
 		h.status.Remaining = 0 // as envoyproxy/ratelimit reports an exhausted limit

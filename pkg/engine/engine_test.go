@@ -192,9 +192,12 @@ func TestHitsAddend(t *testing.T) {
 		t.Fatalf("descriptor hits 1: %+v", got.Statuses[0])
 	}
 	zero := uint64(0)
-	r.Descriptors[0].HitsAddend = &zero // 0 counts as 1
-	if got := decide(t, e, r, t0); got.Code != engine.CodeOverLimit {
-		t.Fatalf("descriptor hits 0 on an empty limit: %s", codes(got))
+	r.Descriptors[0].HitsAddend = &zero // 0 checks without counting: OK at the limit exactly
+	if got := decide(t, e, r, t0); got.Code != engine.CodeOK || got.Statuses[0].Remaining != 0 {
+		t.Fatalf("descriptor hits 0 at the limit: %s %+v", codes(got), got.Statuses[0])
+	}
+	if got := decide(t, e, req("edge", "remote_address=2.2.2.2"), t0); got.Code != engine.CodeOverLimit {
+		t.Fatalf("a plain request after the check-only call: %s", codes(got))
 	}
 }
 

@@ -114,6 +114,18 @@ func (f *fairRule) Check(ctx context.Context, key string, cost int64, now time.T
 	return d, nil
 }
 
+// Charge is a check of max(n, 1) units: an escrow's tenants cannot stand
+// past the limit, so a fair rule takes a charge whole or not at all, and a
+// check-only charge counts one unit (Descriptor.HitsAddend).
+func (f *fairRule) Charge(ctx context.Context, key string, n int64, now time.Time) (gale.Decision, error) {
+	return f.Check(ctx, key, max(n, 1), now)
+}
+
+// ChargeBytes is Charge.
+func (f *fairRule) ChargeBytes(ctx context.Context, key []byte, n int64, now time.Time) (gale.Decision, error) {
+	return f.Check(ctx, string(key), max(n, 1), now)
+}
+
 // Refund returns errNoRefund: an escrow keeps what it admitted, which is why
 // fair rules are asked last, once no other limit has denied the request.
 func (f *fairRule) Refund(context.Context, string, int64, gale.Decision, time.Time) error {

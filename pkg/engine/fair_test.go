@@ -89,6 +89,9 @@ func (downStore) Lease(context.Context, string, gale.Rule, int64, int64, time.Ti
 func (downStore) Return(context.Context, string, gale.Rule, int64, time.Time, time.Time) error {
 	return errors.New("connection refused")
 }
+func (downStore) Charge(context.Context, string, gale.Rule, int64, time.Time) (gale.Decision, error) {
+	return gale.Decision{}, errors.New("connection refused")
+}
 
 func TestFairRuleFollowsOnStoreError(t *testing.T) {
 	for _, tc := range []struct {

@@ -25,6 +25,12 @@ type limit interface {
 	// window d.WindowEnd names and to no other. A limit that cannot give
 	// admitted units back returns errNoRefund.
 	Refund(ctx context.Context, key string, cost int64, d gale.Decision, now time.Time) error
+	// Charge counts n ≥ 0 units of key at now in full, even past the
+	// limit, and answers whether they fit; n = 0 counts nothing (check
+	// only). A charge is never refunded. Failures as Check's.
+	Charge(ctx context.Context, key string, n int64, now time.Time) (gale.Decision, error)
+	// ChargeBytes is Charge for a key in bytes, which it does not keep.
+	ChargeBytes(ctx context.Context, key []byte, n int64, now time.Time) (gale.Decision, error)
 	// GiveBack applies a negative hit: up to n units key consumed in the
 	// window in place at now go back. It returns how many did.
 	GiveBack(ctx context.Context, key string, n int64, now time.Time) (int64, error)

@@ -52,7 +52,27 @@ type TracedLimit struct {
 // Descriptor is one list of entries to limit on.
 type Descriptor struct {
 	Entries []Entry
-	// HitsAddend overrides the request's when non-nil; 0 means 1.
+	// HitsAddend, when non-nil, makes the descriptor a charge, as
+	// envoyproxy/ratelimit reads a descriptor's hits_addend (Envoy sets it
+	// for cost-based limits: 0 on the request, the cost when the stream is
+	// done):
+	//   - *HitsAddend == 0 checks without counting: OK while the count
+	//     stands at or below the limit (at the limit exactly too, with 0
+	//     remaining), OVER_LIMIT once a charge has left it past the limit.
+	//   - *HitsAddend == N > 0 is counted in full, even when it overruns
+	//     the limit (OVER_LIMIT is answered then, but the N are counted, so
+	//     later checks are refused until the window lets them through), and
+	//     even when another descriptor of the request is OVER_LIMIT: a
+	//     charge is never refunded.
+	// nil leaves the descriptor to the request's HitsAddend (0 meaning 1),
+	// taken whole or not at all: a denied request consumes nothing. With
+	// Negative, *HitsAddend is what is given back (0: nothing).
+	//
+	// Fair rules (fairness:) cannot stand past their limit: they take a
+	// charge as a check of max(N, 1), whole or not at all. Federated rules
+	// count what the coordinator can still grant of a charge and drop the
+	// rest, and answer a check-only descriptor OVER_LIMIT once their budget
+	// is spent, at the limit exactly too.
 	HitsAddend *uint64
 	// Override, when non-nil, is a limit the request itself sets (Envoy's
 	// descriptor limit override): a fixed window, strict, keyed by the
@@ -183,10 +203,12 @@ func validate(req *Request) error {
 	return nil
 }
 
-// cost is what descriptor d adds to its limits.
-func (req *Request) cost(d *Descriptor) int64 {
+// cost is what descriptor d adds to its limits (or, Negative, gives back),
+// and whether it is a charge: a descriptor HitsAddend is taken as it is, 0
+// included; the request's, 0 meaning 1.
+func (req *Request) cost(d *Descriptor) (cost int64, charge bool) {
 	if d.HitsAddend != nil {
-		return max(int64(*d.HitsAddend), 1)
+		return int64(*d.HitsAddend), !d.Negative
 	}
-	return max(int64(req.HitsAddend), 1)
+	return max(int64(req.HitsAddend), 1), false
 }

@@ -22,11 +22,19 @@ type Decisions struct {
 	OK, OverLimit, NearLimit, Shadow int64
 }
 
+// Charges counts a rule's charges (Descriptor.HitsAddend set): CheckOnly
+// those of 0 units, Charged those of more, and OverrunUnits the units the
+// latter counted past the limit.
+type Charges struct {
+	CheckOnly, Charged, OverrunUnits int64
+}
+
 type ruleStats struct {
-	ok, over, near, shadow atomic.Int64
-	mu                     sync.Mutex
-	values                 map[string]*Decisions // guarded by mu; at most MaxMetricValues+1 keys
-	cost                   costCounters          // reservations and settlements (reserve.go)
+	ok, over, near, shadow         atomic.Int64
+	checkOnly, charged, overrunned atomic.Int64
+	mu                             sync.Mutex
+	values                         map[string]*Decisions // guarded by mu; at most MaxMetricValues+1 keys
+	cost                           costCounters          // reservations and settlements (reserve.go)
 }
 
 // statsFor returns the counters of ref, the same ones across reloads.
@@ -61,6 +69,16 @@ func (e *Engine) record(req *Request, hits []hit) {
 			}
 		}
 		s := h.r.stats
+		if h.charge {
+			if h.cost == 0 {
+				s.checkOnly.Add(1)
+			} else {
+				s.charged.Add(1)
+			}
+			if h.d.Overrun > 0 {
+				s.overrunned.Add(h.d.Overrun)
+			}
+		}
 		// One atomic add per verdict: these counters are shared by every
 		// request of the rule.
 		switch {
@@ -110,6 +128,8 @@ type RuleSnapshot struct {
 	Mode      gale.Mode
 	Algorithm string // "unlimited" and "blocked" for the rules that never count
 	Decisions Decisions
+	// Charges counts the rule's charges and check-only calls.
+	Charges Charges
 	// Values holds per-value counters of detailed_metric / value_to_metric
 	// rules (at most MaxMetricValues values and OtherValue).
 	Values map[string]Decisions
@@ -135,6 +155,7 @@ func (e *Engine) Snapshot() []RuleSnapshot {
 			s.Algorithm = "blocked"
 		}
 		s.Decisions = Decisions{OK: r.stats.ok.Load(), OverLimit: r.stats.over.Load(), NearLimit: r.stats.near.Load(), Shadow: r.stats.shadow.Load()}
+		s.Charges = Charges{CheckOnly: r.stats.checkOnly.Load(), Charged: r.stats.charged.Load(), OverrunUnits: r.stats.overrunned.Load()}
 		if r.limiter != nil {
 			s.Mode = r.limiter.Mode()
 			s.Limiter = r.limiter.Stats()

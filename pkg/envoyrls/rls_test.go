@@ -178,6 +178,9 @@ func (downStore) Lease(context.Context, string, gale.Rule, int64, int64, time.Ti
 func (downStore) Return(context.Context, string, gale.Rule, int64, time.Time, time.Time) error {
 	return errDown
 }
+func (downStore) Charge(context.Context, string, gale.Rule, int64, time.Time) (gale.Decision, error) {
+	return gale.Decision{}, errDown
+}
 
 func TestJSONEndpoint(t *testing.T) {
 	h := envoyrls.JSONHandler(envoyrls.NewRateLimitServer(newEngine(t, memstore.New()), envoyrls.Options{Now: func() time.Time { return t0 }}))

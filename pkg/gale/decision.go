@@ -33,10 +33,14 @@ type Decision struct {
 	// check, and for a leased check one per lease or return it waited on
 	// (its own or another check's on the same key). For tracing.
 	Trips uint8
+	// Overrun is, for a charge (Limiter.Charge, Store.Charge), the units it
+	// counted past the limit: 0 when it fit, and for every check.
+	Overrun int64
 	// WindowEnd names the store window the admitted units were counted in:
 	// its end, on the store's clock (as a Grant's WindowEnd). Refund gives
 	// the units back to that window and to no other. The zero time for a
-	// denial, a fallback, and the strategies without windows.
+	// denial, a fallback, and the strategies without windows. A charge's
+	// names the window its units were counted in, allowed or not.
 	WindowEnd time.Time
 }
 

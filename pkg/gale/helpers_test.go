@@ -17,6 +17,7 @@ import (
 type countingStore struct {
 	gale.Store
 	checks, leases, returns atomic.Int64
+	charges                 atomic.Int64
 	inflight, maxInflight   atomic.Int64
 	failing                 atomic.Bool
 	gate                    chan struct{} // when non-nil, leases wait on it

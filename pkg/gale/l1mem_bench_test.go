@@ -92,6 +92,10 @@ func (freeStore) Lease(_ context.Context, _ string, r gale.Rule, _, max int64, n
 		Decision: gale.Decision{Allowed: true, Limit: r.Limit, Remaining: r.Limit - max, ResetAt: time.UnixMicro(end)}}, nil
 }
 
+func (freeStore) Charge(_ context.Context, _ string, r gale.Rule, _ int64, _ time.Time) (gale.Decision, error) {
+	return gale.Decision{Allowed: true, Limit: r.Limit}, nil
+}
+
 func (freeStore) Return(context.Context, string, gale.Rule, int64, time.Time, time.Time) error {
 	return nil
 }

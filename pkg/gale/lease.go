@@ -15,13 +15,14 @@ type leaseCall struct {
 	err  error         // the store's error, set before done is closed
 }
 
-// checkLeased drives the Machine for one check: it serves, denies, or
-// performs what the machine asks (a lease, a wait for one, a return) and
-// asks again.
+// checkLeased drives the Machine for one check — or, with charge, one
+// charge of cost units (limiter_charge.go): it serves, denies, or performs
+// what the machine asks (a lease, a wait for one, a return, a charge the
+// store counts) and asks again.
 //
 // The key is key, or, when kb is not nil, kb's bytes: looked up without a
 // copy, and made a string only for a key L1 does not hold yet.
-func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost int64, now time.Time) (Decision, error) {
+func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost int64, charge bool, now time.Time) (Decision, error) {
 	var sh *tshard
 	if kb != nil {
 		sh = l.l1.shardBytes(kb)
@@ -47,11 +48,24 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost i
 		}
 		if e == nil {
 			sh.mu.Unlock()
-			d, err := l.checkStore(ctx, key, cost, now)
+			var d Decision
+			var err error
+			if charge {
+				d, err = l.chargeStore(ctx, key, cost, now)
+			} else {
+				d, err = l.checkStore(ctx, key, cost, now)
+			}
 			d.Trips += trips
 			return d, err
 		}
-		st := l.m.Check(&e.st, now, cost, &d)
+		var st Step
+		if charge {
+			// What the credits did not cover is still to count.
+			st = l.m.Charge(&e.st, now, cost, &d)
+			cost = st.Credits
+		} else {
+			st = l.m.Check(&e.st, now, cost, &d)
+		}
 		sh.stranded += st.Stranded
 		switch st.Kind {
 		case Served:
@@ -78,6 +92,16 @@ func (l *Limiter) checkLeased(ctx context.Context, key string, kb []byte, cost i
 			// A failed return only under-admits: the credits are gone.
 			_ = l.returnToStore(l.bg, key, r)
 			continue
+		case MustCharge:
+			sh.mu.Unlock()
+			d, err := l.chargeStore(ctx, key, cost, now)
+			d.Trips = min(trips+1, math.MaxUint8)
+			if err == nil {
+				sh.mu.Lock()
+				l.m.Charged(&e.st, now, d)
+				sh.mu.Unlock()
+			}
+			return d, err
 		}
 		call := e.call
 		if st.Kind == MustLease {

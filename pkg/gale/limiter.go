@@ -256,7 +256,7 @@ func (l *Limiter) Check(ctx context.Context, key string, cost int64, now time.Ti
 	case CachedDeny:
 		return l.checkCachedDeny(ctx, key, cost, now)
 	case Leased:
-		return l.checkLeased(ctx, key, nil, cost, now)
+		return l.checkLeased(ctx, key, nil, cost, false, now)
 	}
 	if l.forgets != nil {
 		return l.checkStrict(ctx, key, cost, now)
@@ -280,7 +280,7 @@ func (l *Limiter) CheckBytes(ctx context.Context, key []byte, cost int64, now ti
 		return Decision{}, ErrClosed
 	}
 	now = now.Add(-time.Duration(now.Nanosecond() % 1000))
-	return l.checkLeased(ctx, "", key, cost, now)
+	return l.checkLeased(ctx, "", key, cost, false, now)
 }
 
 // checkStore asks the store (strict mode, and the fallback of a full L1).

@@ -134,6 +134,10 @@ const (
 	// window of KeyState.WindowEnd) and checks again. The credits left the
 	// key already.
 	MustReturn
+	// MustCharge (Charge only): the driver has the store count Step.Credits
+	// units in full (Store.Charge; 0 asks without counting), lands the
+	// answer with Charged, and answers with it.
+	MustCharge
 )
 
 // Step is what one Check asks of its driver.
@@ -146,7 +150,8 @@ type Step struct {
 	Lease    uint64
 	Min, Max int64
 	// Credits (MustReturn) left the key for the store window of the key's
-	// WindowEnd, as of the check's instant.
+	// WindowEnd, as of the check's instant; of a Charge's step, they are
+	// the units of the charge still to count.
 	Credits int64
 	// Stranded is how many credits expired unused during the step.
 	Stranded int64

@@ -9,8 +9,8 @@ import (
 
 // Store is the shared tier (L2): the authority every node of a fleet asks.
 // Each operation is atomic for its key. Implementations MUST be safe for
-// concurrent use and MUST give the decisions Rule.Take and Rule.Give define,
-// step for step (the storetest suite checks both).
+// concurrent use and MUST give the decisions Rule.Take, Rule.Give and
+// Rule.Charge define, step for step (the storetest suite checks both).
 //
 // Times passed in are the caller's clock. A store that reads its own clock
 // (the Redis store's server-time option) ignores them and reports its own in
@@ -25,6 +25,11 @@ type Store interface {
 	// Return gives back credits leased in the window ending at windowEnd (the
 	// Grant's WindowEnd). Credits of a window that has ended are dropped.
 	Return(ctx context.Context, key string, rule Rule, credits int64, windowEnd, now time.Time) error
+	// Charge counts n ≥ 0 units of key under rule in full, even past the
+	// limit, and answers whether they fit (Rule.Charge; the decision is
+	// Outcome.ChargeDecision's). n = 0 counts nothing: it asks whether the
+	// key stands at or below the limit.
+	Charge(ctx context.Context, key string, rule Rule, n int64, now time.Time) (Decision, error)
 }
 
 // InMemory is implemented by a Store that answers from this process's

@@ -50,6 +50,12 @@ type Outcome struct {
 	RetryAfter int64 // µs until the denied amount could be taken; 0 when granted
 	WindowEnd  int64 // end of the window the units were counted in; 0 for GCRA and token bucket
 	ExpireAt   int64 // after this instant the new state equals the zero State
+	// Over and Overrun are a Charge's: Over is set when the charge did not
+	// fit (for a check-only charge, when the state stood past the limit),
+	// and Overrun is the units it counted past the limit. Take never sets
+	// them.
+	Over    bool
+	Overrun int64
 }
 
 // retryProbes bounds the exact correction of a retry time computed in floating
@@ -170,9 +176,13 @@ func (r Rule) view(s State, now int64) view {
 			v.tokens, v.last = float64(r.Capacity()), now
 		}
 		// Tokens stored under a larger Burst: a bucket holds at most its
-		// capacity (under an unchanged rule tokens never exceed it).
+		// capacity (under an unchanged rule tokens never exceed it). A debt
+		// stored under a faster rate: at most this rule's (charge.go).
 		if c := float64(r.Capacity()); v.tokens > c {
 			v.tokens = c
+		}
+		if lo := r.minTokens(); v.tokens < lo {
+			v.tokens = lo
 		}
 	}
 	return v
@@ -230,17 +240,24 @@ func (v *view) refillTo(r Rule) {
 	}
 }
 
-// available is how many units can be taken at t from this view (t at or after
-// the view's instant; a windowed view is re-derived when t is in a later
-// window).
+// available is how many units can be taken at t from this view (t at or
+// after the view's instant; a windowed view is re-derived when t is in a
+// later window): the headroom, but never below 0.
 func (v view) available(r Rule, t int64) int64 {
-	var a int64
+	return max(v.headroom(r, t), 0)
+}
+
+// headroom is available without its floor: below 0 when the state stands
+// past the limit (charges counted past it, charge.go), by the units it
+// stands past it, down to minHeadroom. At most the rule's capacity.
+func (v view) headroom(r Rule, t int64) int64 {
+	var a float64
 	switch r.Algorithm {
 	case FixedWindow, Quota:
 		if t >= v.we {
 			return r.Limit
 		}
-		a = r.Limit - v.cur
+		a = float64(r.Limit - v.cur)
 	case SlidingWindow:
 		p := r.periodUS()
 		ws, cur, prev := v.ws, v.cur, v.prev
@@ -251,23 +268,23 @@ func (v view) available(r Rule, t int64) int64 {
 			}
 		}
 		est := float64(prev)*float64(p-(t-ws))/float64(p) + float64(cur)
-		a = int64(math.Floor(float64(r.Limit) - est))
+		a = math.Floor(float64(r.Limit) - est)
 	case GCRA:
 		u := float64(v.tat-t) * float64(r.Limit) / float64(r.periodUS())
 		if v.tat <= t {
 			u = 0
 		}
-		a = int64(math.Floor(float64(r.Capacity()) - u))
+		a = math.Floor(float64(r.Capacity()) - u)
 	case TokenBucket:
-		a = int64(math.Floor(r.refill(v.tokens, v.last, t)))
+		a = math.Floor(r.refill(v.tokens, v.last, t))
 	}
-	if a < 0 {
-		return 0
+	if a < minHeadroom {
+		return minHeadroom
 	}
-	if c := r.Capacity(); a > c {
+	if c := r.Capacity(); a > float64(c) {
 		return c
 	}
-	return a
+	return int64(a)
 }
 
 func (v *view) take(r Rule, n int64) {
@@ -367,8 +384,9 @@ func (v view) expireAt(r Rule, now int64) int64 {
 }
 
 // retryAt is the first instant at which need units fit, when nothing else is
-// taken meanwhile. A need above the rule's capacity never fits: it reports the
-// next full reset (resetAt).
+// taken meanwhile; for a need of 0 (a check-only charge), the first at which
+// the state stands at or below the limit again. A need above the rule's
+// capacity never fits: it reports the next full reset (resetAt).
 func (v view) retryAt(r Rule, now, need int64) int64 {
 	if need > r.Capacity() {
 		if at := v.resetAt(r, now); at > now {
@@ -400,10 +418,10 @@ func (v view) retryAt(r Rule, now, need int64) int64 {
 	// The estimate is floating point: correct it to the first microsecond at
 	// which the cost fits, stepping forward while it does not fit yet, then
 	// back while it already fit a microsecond earlier.
-	for i := 0; i < retryProbes && v.available(r, t) < need; i++ {
+	for i := 0; i < retryProbes && v.headroom(r, t) < need; i++ {
 		t++
 	}
-	for i := 0; i < retryProbes && t-1 > now && v.available(r, t-1) >= need; i++ {
+	for i := 0; i < retryProbes && t-1 > now && v.headroom(r, t-1) >= need; i++ {
 		t--
 	}
 	return t

@@ -147,7 +147,7 @@ type (
 	}
 	expectDescriptor struct {
 		Entries    []entry `yaml:"entries"`
-		HitsAddend uint32  `yaml:"hits_addend"`
+		HitsAddend *uint64 `yaml:"hits_addend"` // nil: none; set (0 too): a charge
 	}
 	expectStatus struct {
 		Code      *string   `yaml:"code"`

@@ -100,7 +100,7 @@ func (r *reader) federation(n *yaml.Node, field string) *Federation {
 func (r *reader) checkFederated(d *Descriptor, field string, modeKey, leaseKey, storeKey, fairKey *yaml.Node) {
 	for _, l := range d.Limits {
 		if l.Algorithm == GCRA || l.Algorithm == TokenBucket {
-			r.errorAt(l.Pos, cmpOr(l.Field, join(field, "rate_limit")), "mode: federated needs a windowed algorithm (fixed_window or sliding_window): "+string(l.Algorithm)+" has no window boundary for the coordinator's grants to die at, which is what keeps every region together within the limit")
+			r.errorAt(l.Pos, cmpOr(l.Field, join(field, "rate_limit")), "mode: federated needs a windowed algorithm (fixed_window, sliding_window or quota): "+string(l.Algorithm)+" has no window boundary for the coordinator's grants to die at, which is what keeps every region together within the limit")
 		}
 	}
 	if leaseKey != nil {

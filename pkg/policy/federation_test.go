@@ -40,7 +40,7 @@ descriptors:
 func TestFederatedErrors(t *testing.T) {
 	cases := []struct{ name, body, want string }{
 		{"gcra", "mode: federated\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra}",
-			"descriptors[0].rate_limit: mode: federated needs a windowed algorithm (fixed_window or sliding_window): gcra has no window boundary"},
+			"descriptors[0].rate_limit: mode: federated needs a windowed algorithm (fixed_window, sliding_window or quota): gcra has no window boundary"},
 		{"token bucket", "mode: federated\n    rate_limits: [{unit: second, requests_per_unit: 10, algorithm: token_bucket}]",
 			"token_bucket has no window boundary"},
 		{"lease", "mode: federated\n    lease: {batch: 5}\n    rate_limit: {unit: second, requests_per_unit: 10}",

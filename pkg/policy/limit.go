@@ -142,6 +142,14 @@ func (r *reader) limit(n *yaml.Node, field string) *Limit {
 		if burstKey != nil && algoOK && l.Algorithm != GCRA && l.Algorithm != TokenBucket {
 			r.errorf(burstKey, join(field, "burst"), "burst applies only to algorithm gcra or token_bucket, not %s (set algorithm: gcra or token_bucket, or remove burst)", l.Algorithm)
 		}
+		if algoOK && l.Algorithm == Quota {
+			switch {
+			case l.Unit != "" && l.Unit != Day && l.Unit != Week && l.Unit != Month && l.Unit != Year:
+				r.errorf(unitNode, join(field, "unit"), "algorithm: quota counts per UTC calendar day, week (from Monday), month or year: set unit to day, week, month or year, not %s (or use fixed_window for a %s window)", l.Unit, l.Unit)
+			case multKey != nil && l.UnitMultiplier > 1:
+				r.errorf(multKey, join(field, "unit_multiplier"), "algorithm: quota takes no unit_multiplier: its window is one calendar %s (remove unit_multiplier, or use fixed_window for %d × %s)", l.Unit, l.UnitMultiplier, cmpOr(string(l.Unit), "unit"))
+			}
+		}
 	}
 	for i, name := range l.Replaces {
 		if l.Name != "" && name == l.Name {
@@ -216,12 +224,12 @@ func (r *reader) algorithm(n *yaml.Node, field string) (Algorithm, bool) {
 	if !ok {
 		return FixedWindow, false
 	}
-	for _, a := range []Algorithm{FixedWindow, SlidingWindow, GCRA, TokenBucket} {
+	for _, a := range []Algorithm{FixedWindow, SlidingWindow, GCRA, TokenBucket, Quota} {
 		if strings.EqualFold(s, string(a)) {
 			return a, true
 		}
 	}
-	r.errorf(n, field, "%s", enumErr("algorithm", s, []string{"fixed_window", "sliding_window", "gcra", "token_bucket"}))
+	r.errorf(n, field, "%s", enumErr("algorithm", s, []string{"fixed_window", "sliding_window", "gcra", "token_bucket", "quota"}))
 	return FixedWindow, false
 }
 

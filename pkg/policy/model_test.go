@@ -160,9 +160,10 @@ func (m *model) decide(c expectCase) answer {
 	for i, dc := range ds {
 		dc.checks = deleteReplaced(dc.checks, replaced)
 		hits := int64(1)
+		charge := c.Descriptors[i].HitsAddend != nil
 		switch {
-		case c.Descriptors[i].HitsAddend > 0:
-			hits = int64(c.Descriptors[i].HitsAddend)
+		case charge:
+			hits = int64(*c.Descriptors[i].HitsAddend)
 		case c.HitsAddend > 0:
 			hits = int64(c.HitsAddend)
 		}
@@ -176,7 +177,11 @@ func (m *model) decide(c expectCase) answer {
 			continue
 		}
 		for _, lc := range dc.checks {
-			m.check(lc, pending, now, hits)
+			if charge {
+				m.charge(lc, now, hits)
+			} else {
+				m.check(lc, pending, now, hits)
+			}
 			dc.over = dc.over || lc.over
 		}
 		shown := dc.checks[0]
@@ -225,6 +230,32 @@ func deleteReplaced(checks []*limitCheck, replaced map[string]bool) []*limitChec
 		}
 	}
 	return out
+}
+
+// charge is envoyproxy/ratelimit's INCRBY on one fixed-window limit: the
+// hits are counted at once, whatever the request's answer (a charge is
+// never refunded), and the limit is over when the count after them is
+// above it; 0 hits count nothing.
+func (m *model) charge(lc *limitCheck, now, hits int64) {
+	l := lc.limit
+	period := int64(l.Period() / time.Microsecond)
+	ws := now / period * period
+	if l.RequestsPerUnit == 0 {
+		lc.over = true
+		lc.out = gale.Outcome{ResetAt: ws + period}
+		return
+	}
+	if l.Algorithm != policy.FixedWindow {
+		panic("the model charges fixed windows only: " + string(l.Algorithm))
+	}
+	s := m.states[lc.key]
+	if s.Window != ws {
+		s = gale.State{Window: ws}
+	}
+	s.Used += hits
+	m.states[lc.key] = s
+	lc.over = s.Used > int64(l.RequestsPerUnit)
+	lc.out = gale.Outcome{Remaining: max(int64(l.RequestsPerUnit)-s.Used, 0), ResetAt: ws + period}
 }
 
 // check takes hits from one limit in the pending states.

@@ -115,7 +115,8 @@ type Limit struct {
 }
 
 // Period is the limit's window: UnitMultiplier × Unit, with envoyproxy's
-// unit lengths (a month is 30 days, a year 365).
+// unit lengths (a month is 30 days, a year 365). A quota's windows are
+// calendar periods instead; Period is then their nominal length.
 func (l *Limit) Period() time.Duration {
 	m := l.UnitMultiplier
 	if m == 0 {
@@ -172,6 +173,10 @@ const (
 	SlidingWindow Algorithm = "sliding_window"
 	GCRA          Algorithm = "gcra"
 	TokenBucket   Algorithm = "token_bucket"
+	// Quota counts per UTC calendar period, by unit: day, week (ISO, from
+	// Monday), month or year — a month is the calendar's, not 30 days.
+	// It takes no unit_multiplier.
+	Quota Algorithm = "quota"
 )
 
 // Mode is how a descriptor's limits are enforced.

@@ -196,6 +196,69 @@ func (r *Region) Check(ctx context.Context, key string, rule gale.Rule, cost int
 	return d, nil
 }
 
+// Charge counts n units of key for the region's process (gale.Store's
+// charge; the federated limiter's charges come here once its credits run
+// out). A region cannot count past what the coordinator grants — the
+// federation's bound is that count — so a charge leases as many of its n
+// units as remain, from the escrow then the coordinator, and drops the
+// rest: it is then denied with Overrun the units dropped, and the window,
+// spent, grants nothing more until it ends. n = 0 leases one unit and
+// gives it straight back: allowed while one remains, so a budget spent
+// exactly denies it (a region cannot tell that from an overrun one, as
+// envoyproxy/ratelimit's count does). A coordinator failure is the
+// lease's: the outage mode answers, and what was leased before it stays
+// counted.
+func (r *Region) Charge(ctx context.Context, key string, rule gale.Rule, n int64, now time.Time) (gale.Decision, error) {
+	if err := CheckRule(rule); err != nil {
+		return gale.Decision{}, err
+	}
+	if err := gale.CheckCharge(rule, n); err != nil {
+		return gale.Decision{}, err
+	}
+	if n == 0 {
+		g, err := r.Lease(ctx, key, rule, 1, 1, now)
+		if err != nil {
+			return gale.Decision{}, err
+		}
+		d := g.Decision
+		d.WindowEnd = time.Time{}
+		if g.Granted > 0 {
+			// A failed give-back loses the unit to the window: under-admission.
+			_ = r.Return(ctx, key, rule, g.Granted, g.WindowEnd, now)
+			d.Allowed, d.RetryAfter = true, 0
+			d.Remaining = min(d.Remaining+g.Granted, rule.Capacity())
+		}
+		return d, nil
+	}
+	rest := n
+	var last gale.Grant
+	var end time.Time
+	// At most the escrow, then the coordinator, then a denial: a bound,
+	// not a retry.
+	for i := 0; i < 4 && rest > 0; i++ {
+		g, err := r.Lease(ctx, key, rule, 1, rest, now)
+		if err != nil {
+			return gale.Decision{}, err
+		}
+		last = g
+		if g.Granted == 0 {
+			break
+		}
+		rest -= g.Granted
+		end = g.WindowEnd
+	}
+	d := last.Decision
+	d.Allowed, d.WindowEnd = rest == 0, end
+	if rest > 0 {
+		d.Remaining, d.Overrun = 0, rest
+		if d.RetryAfter <= 0 && !end.IsZero() {
+			// Partial grants to the bound: the window is as good as spent.
+			d.RetryAfter = max(end.Sub(last.Now), time.Microsecond)
+		}
+	}
+	return d, nil
+}
+
 // Lease takes between min and max units of key for the region's process:
 // from the escrow when it holds at least min, else from the coordinator.
 // A coordinator error that is not a refusal of this request (ErrRefused)

@@ -105,6 +105,36 @@ func (s *Store) take(ctx context.Context, key string, rule gale.Rule, min, max, 
 	return o, nil
 }
 
+// Charge counts n units of key in full, even past the limit (Rule.Charge);
+// n = 0 counts nothing and writes nothing.
+func (s *Store) Charge(ctx context.Context, key string, rule gale.Rule, n int64, now time.Time) (gale.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return gale.Decision{}, err
+	}
+	if err := gale.CheckCharge(rule, n); err != nil {
+		return gale.Decision{}, err
+	}
+	us := now.UnixMicro()
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.keys[key]
+	var st gale.State
+	if e != nil && e.expireAt > us {
+		st = e.state
+	}
+	next, o := rule.Charge(st, us, n)
+	if n > 0 {
+		if e == nil {
+			e = &entry{}
+			sh.keys[key] = e
+		}
+		e.state, e.expireAt = next, o.ExpireAt
+	}
+	sh.tick(us)
+	return o.ChargeDecision(rule), nil
+}
+
 // Return gives unused credits back to the window that granted them.
 func (s *Store) Return(ctx context.Context, key string, rule gale.Rule, credits int64, windowEnd, now time.Time) error {
 	if err := ctx.Err(); err != nil {

@@ -13,12 +13,14 @@ import (
 //	EVALSHA sha 1 key alg limit period burst calendar now a [b]
 //
 // (EVAL src … after a NOSCRIPT). a and b are the operation's own arguments:
-// the cost; min and max; or credits and window end.
+// the cost (or a charge's units); min and max; or credits and window end.
 const (
 	argNow    = 9
 	argsCheck = 11
 	argsOther = 12
 	replyLen  = 6 // {granted, remaining, resetAt, retryAfter, windowEnd, now}
+	// chargeReplyLen is a charge's: a take's, then over and overrun.
+	chargeReplyLen = 8
 )
 
 // A request's life: pending from when a caller queues it until a dispatcher
@@ -47,8 +49,8 @@ type request struct {
 
 	// Written by the dispatcher before it signals done.
 	cmd    redis.Cmder
-	reply  [replyLen]int64
-	nreply int // elements in the reply, which may differ from replyLen
+	reply  [chargeReplyLen]int64
+	nreply int // elements in the reply, which may differ from what its op replies
 	err    error
 
 	state atomic.Uint32

@@ -27,10 +27,12 @@ var (
 	returnLua string
 	//go:embed scripts/return_once.lua
 	returnOnceLua string
+	//go:embed scripts/charge.lua
+	chargeLua string
 )
 
-// op is one of the three store operations, each with its own script, and
-// a check of a fixed window, which has a script of its own (check_fixed.lua).
+// op is one of the store operations, each with its own script, and a check
+// of a fixed window, which has a script of its own (check_fixed.lua).
 type op uint8
 
 const (
@@ -38,6 +40,7 @@ const (
 	opLease
 	opReturn
 	opCheckFixed
+	opCharge
 )
 
 func (o op) String() string {
@@ -46,6 +49,8 @@ func (o op) String() string {
 		return "check"
 	case opLease:
 		return "lease"
+	case opCharge:
+		return "charge"
 	}
 	return "return"
 }
@@ -82,4 +87,5 @@ var scripts = [...]script{
 	// The composed check script would answer a fixed window the same (and
 	// does: TestFixedCheckMatchesComposed); this one costs Redis less.
 	opCheckFixed: standalone(checkFixedLua),
+	opCharge:     newScript(chargeLua),
 }

@@ -64,8 +64,8 @@ type Options struct {
 	// context ends its wait sooner.
 	Timeout time.Duration
 	// WaitReplicas, when > 0, makes a check (strict and cached_deny modes)
-	// durable across a Sentinel failover: the round trip carrying it ends
-	// with WAIT WaitReplicas, and a check is answered only once that many
+	// and a charge durable across a Sentinel failover: the round trip
+	// carrying it ends with WAIT WaitReplicas, and it is answered only once that many
 	// replicas hold it; fewer within WaitTimeout fail it with an error
 	// wrapping ErrNotReplicated (the caller's on_store_error decides).
 	// Leases and returns are not waited for. It needs a client of one
@@ -285,6 +285,35 @@ func (s *Store) Return(ctx context.Context, key string, rule gale.Rule, credits 
 	return s.failure(ctx, r)
 }
 
+// Charge counts n units of key under rule in full, even past the limit
+// (gale.Rule.Charge); n = 0 counts nothing. Errors are as for Check.
+func (s *Store) Charge(ctx context.Context, key string, rule gale.Rule, n int64, now time.Time) (gale.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return gale.Decision{}, err
+	}
+	if err := gale.CheckCharge(rule, n); err != nil {
+		return gale.Decision{}, err
+	}
+	if err := s.checkTime(now); err != nil {
+		return gale.Decision{}, err
+	}
+	r := s.request(ctx, opCharge, key, rule, now)
+	r.nums[6], r.narg = n, argsCheck
+	if err := s.do(ctx, r); err != nil {
+		return gale.Decision{}, err
+	}
+	defer putRequest(r)
+	if err := s.failure(ctx, r); err != nil {
+		return gale.Decision{}, err
+	}
+	o, err := chargeOutcome(r.reply[:], r.nreply, n)
+	if err != nil {
+		s.failures.Add(1)
+		return gale.Decision{}, fmt.Errorf("redisstore: charge %q: %w", key, err)
+	}
+	return o.ChargeDecision(rule), nil
+}
+
 // take runs the check or lease script; it returns the outcome and the
 // script's now (Unix µs).
 func (s *Store) take(ctx context.Context, o op, key string, rule gale.Rule, min, max int64, now time.Time) (gale.Outcome, int64, error) {
@@ -380,4 +409,28 @@ func outcome(reply []int64, n int, min, max int64) (gale.Outcome, int64, error) 
 		return gale.Outcome{}, 0, fmt.Errorf("%w: %v", ErrMalformedReply, reply)
 	}
 	return o, reply[5], nil
+}
+
+// chargeOutcome decodes a charge script's reply {counted, remaining,
+// resetAt, retryAfter, windowEnd, now, over, overrun} of n elements, for a
+// charge of units.
+func chargeOutcome(reply []int64, n int, units int64) (gale.Outcome, error) {
+	if n != chargeReplyLen {
+		return gale.Outcome{}, fmt.Errorf("%w: %d elements, want %d", ErrMalformedReply, n, chargeReplyLen)
+	}
+	o := gale.Outcome{
+		Granted:    reply[0],
+		Remaining:  reply[1],
+		ResetAt:    reply[2],
+		RetryAfter: reply[3],
+		WindowEnd:  reply[4],
+		Over:       reply[6] == 1,
+		Overrun:    reply[7],
+	}
+	switch {
+	case o.Granted != units, o.Remaining < 0, o.RetryAfter < 0, reply[6] != 0 && reply[6] != 1,
+		o.Overrun < 0 || o.Overrun > units, !o.Over && (o.Overrun != 0 || o.RetryAfter != 0):
+		return gale.Outcome{}, fmt.Errorf("%w: %v", ErrMalformedReply, reply[:n])
+	}
+	return o, nil
 }

@@ -75,11 +75,17 @@ func (w replicaWait) command(ctx context.Context, reqs []*request) *redis.IntCmd
 		return nil
 	}
 	for _, r := range reqs {
-		if r.op == opCheck || r.op == opCheckFixed {
+		if r.waited() {
 			return redis.NewIntCmd(ctx, "wait", w.replicas, w.timeoutMs)
 		}
 	}
 	return nil
+}
+
+// waited reports whether r's round trip waits for replicas: checks and
+// charges do.
+func (r *request) waited() bool {
+	return r.op == opCheck || r.op == opCheckFixed || r.op == opCharge
 }
 
 // apply fails the checks of reqs that succeeded when cmd, their round
@@ -98,7 +104,7 @@ func (w replicaWait) apply(cmd *redis.IntCmd, reqs []*request) {
 		err = fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
 	}
 	for _, r := range reqs {
-		if (r.op == opCheck || r.op == opCheckFixed) && r.err == nil {
+		if r.waited() && r.err == nil {
 			r.err = err
 		}
 	}

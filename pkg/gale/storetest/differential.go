@@ -29,6 +29,7 @@ var lastInstant = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 // their states share fields; a bucket's limit and burst sometimes change,
 // as a reload changes them); costs up to above capacity; checks, leases and
 // returns (of live, stale and made-up windows, of -1 to credits+1 units);
+// charges (0, within the capacity, past it, the most a charge may be);
 // clock steps onto window boundaries, retry and reset instants and a
 // microsecond either side, and jumps across months and years; stale stamps
 // (up to a period behind the clock) on windowed rules.
@@ -52,7 +53,7 @@ func randomRule(rng *rand.Rand) gale.Rule {
 			r.Burst = min(rng.Int64N(3*r.Limit+1), gale.MaxLimit)
 		}
 		fill := float64(r.Capacity()) * float64(r.Period/us) / float64(r.Limit)
-		if fill < 30*365*24*3600e6 {
+		if fill < 30*365*24*3600e6 && r.Validate() == nil {
 			return r
 		}
 	}
@@ -88,6 +89,23 @@ func randomCost(rng *rand.Rand, r gale.Rule) int64 {
 		return 1 + rng.Int64N(c)
 	default:
 		return min(c+1+rng.Int64N(3), gale.MaxLimit)
+	}
+}
+
+// randomCharge is a charge's units: often 0 (check only), often within
+// the capacity, sometimes past it by up to twice, now and then the most a
+// charge may be.
+func randomCharge(rng *rand.Rand, r gale.Rule) int64 {
+	c := r.Capacity()
+	switch x := rng.IntN(10); {
+	case x < 3:
+		return 0
+	case x < 6:
+		return 1 + rng.Int64N(c)
+	case x < 9:
+		return min(c+rng.Int64N(2*c+1), gale.MaxLimit)
+	default:
+		return gale.MaxLimit
 	}
 }
 
@@ -183,7 +201,7 @@ func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
 			}
 		}
 		cost := randomCost(rng, r)
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(12); {
 		case op < 5:
 			log = append(log, fmt.Sprintf("\n  %d %v check %d %v cost %d", i, at.Format(time.RFC3339Nano), k, r, cost))
 			a, errA := ref.Check(ctx, key, r, cost, at)
@@ -210,6 +228,18 @@ func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
 				leases = append(leases, held{k, r, a.Granted, a.WindowEnd})
 			}
 			last = a.Decision
+		case op >= 10:
+			n := randomCharge(rng, r)
+			log = append(log, fmt.Sprintf("\n  %d %v charge %d %v %d", i, at.Format(time.RFC3339Nano), k, r, n))
+			a, errA := ref.Charge(ctx, key, r, n, at)
+			b, errB := sut.Charge(ctx, key, r, n, at)
+			if errA != nil || errB != nil {
+				fail("errors: ref %v, sut %v", errA, errB)
+			}
+			if !SameDecision(a, b) {
+				fail("Charge differs:\n  ref %+v\n  sut %+v", a, b)
+			}
+			last = a
 		default:
 			var h held
 			switch {
@@ -242,7 +272,7 @@ func Differential(t *testing.T, ref, sut gale.Store, seed int64, steps int) {
 // SameDecision reports whether two decisions are equal field by field (times
 // compared as instants).
 func SameDecision(a, b gale.Decision) bool {
-	return a.Allowed == b.Allowed && a.Limit == b.Limit && a.Remaining == b.Remaining &&
+	return a.Allowed == b.Allowed && a.Limit == b.Limit && a.Remaining == b.Remaining && a.Overrun == b.Overrun &&
 		a.ResetAt.Equal(b.ResetAt) && a.RetryAfter == b.RetryAfter && a.Fallback == b.Fallback &&
 		a.WindowEnd.Equal(b.WindowEnd)
 }

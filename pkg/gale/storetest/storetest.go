@@ -26,7 +26,7 @@ func Timeline() time.Time {
 // Run runs the contract tests against the store newStore returns. Each subtest
 // uses its own keys, so newStore may return one shared store.
 func Run(t *testing.T, newStore func(t *testing.T) gale.Store) {
-	for _, tc := range contractCases {
+	for _, tc := range append(contractCases[:len(contractCases):len(contractCases)], chargeCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
 			h := &harness{t: t, s: s, key: fmt.Sprintf("%s/%d", t.Name(), time.Now().UnixNano()), now: Timeline()}
@@ -115,6 +115,9 @@ func invalidArguments(t *testing.T, s gale.Store) {
 		}, gale.ErrInvalidRule},
 		{"return with zero rule", func() error { return s.Return(ctx, "k", gale.Rule{}, 1, now, now) }, gale.ErrInvalidRule},
 		{"return above MaxLimit", func() error { return s.Return(ctx, "k", good, gale.MaxLimit+1, now, now) }, gale.ErrInvalidCost},
+		{"negative charge", func() error { _, err := s.Charge(ctx, "k", good, -1, now); return err }, gale.ErrInvalidCost},
+		{"charge above MaxLimit", func() error { _, err := s.Charge(ctx, "k", good, gale.MaxLimit+1, now); return err }, gale.ErrInvalidCost},
+		{"charge with zero rule", func() error { _, err := s.Charge(ctx, "k", gale.Rule{}, 1, now); return err }, gale.ErrInvalidRule},
 	} {
 		if err := tc.call(); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)

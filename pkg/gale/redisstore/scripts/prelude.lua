@@ -40,6 +40,9 @@ end
 local US_PER_DAY = 86400000000
 local MAX_PERIOD_US = 316224000000000 -- maxPeriodUS: gale.MaxPeriod in µs
 local RETRY_PROBES = 8 -- retryProbes
+local MIN_HEADROOM = -4503599627370496 -- minHeadroom: -2^52
+local MAX_COUNT = 1125899906842624 -- maxCount: 2^50
+local MAX_DEBT_US = 632448000000000 -- maxDebtUS: 2 · MAX_PERIOD_US
 
 -- floorDiv: exact for integers below 2^53 (fmod is exact, and so is the
 -- division of a multiple of b by b).

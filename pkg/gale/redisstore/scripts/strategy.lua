@@ -4,9 +4,12 @@
 -- product is divided before it is added). The Go code's integer arithmetic
 -- is exact here too: every value is an integer below 2^53.
 
--- The token bucket's functions, made only for a token bucket.
-local fill_time, refill, refilled, refill_to
+-- The token bucket's functions, made only for a token bucket, and
+-- Rule.minTokens.
+local fill_time, refill, refilled, refill_to, min_tokens
 if ALG == 4 then
+  min_tokens = CAP - LIMIT * MAX_DEBT_US / PERIOD
+
   -- Rule.fillTime
   fill_time = function(tokens)
     return ceil((CAP - tokens) * PERIOD / LIMIT)
@@ -90,16 +93,21 @@ local function view(s, now)
     if s.u == 0 then
       v.tokens, v.last = CAP, now
     end
-    -- Tokens stored under a larger burst: at most the capacity.
+    -- Tokens stored under a larger burst: at most the capacity; a debt
+    -- stored under a faster rate: at most this rule's.
     if v.tokens > CAP then
       v.tokens = CAP
+    end
+    if v.tokens < min_tokens then
+      v.tokens = min_tokens
     end
   end
   return v
 end
 
--- view.available
-local function available(v, t)
+-- view.headroom: available without its floor, below 0 when the state
+-- stands past the limit (charges), down to MIN_HEADROOM; at most CAP.
+local function headroom(v, t)
   local a = 0
   if ALG == 1 or ALG == 5 then
     if t >= v.we then
@@ -125,11 +133,20 @@ local function available(v, t)
   elseif ALG == 4 then
     a = floor(refill(v.tokens, v.last, t))
   end
-  if a < 0 then
-    return 0
+  if a < MIN_HEADROOM then
+    return MIN_HEADROOM
   end
   if a > CAP then
     return CAP
+  end
+  return a
+end
+
+-- view.available
+local function available(v, t)
+  local a = headroom(v, t)
+  if a < 0 then
+    return 0
   end
   return a
 end
@@ -269,13 +286,13 @@ local function retry_at(v, now, need)
   -- The estimate is floating point: step forward while the need does not
   -- fit yet, then back while it already fit a microsecond earlier.
   for _ = 1, RETRY_PROBES do
-    if available(v, t) >= need then
+    if headroom(v, t) >= need then
       break
     end
     t = t + 1
   end
   for _ = 1, RETRY_PROBES do
-    if not (t - 1 > now and available(v, t - 1) >= need) then
+    if not (t - 1 > now and headroom(v, t - 1) >= need) then
       break
     end
     t = t - 1
