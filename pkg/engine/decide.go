@@ -78,24 +78,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, now time.Time) (*Resp
 // its Responses (a sync.Pool of them, say) answers a request without
 // allocating one. On error resp holds nothing of use.
 func (e *Engine) DecideInto(ctx context.Context, req *Request, now time.Time, resp *Response) error {
-	if err := validate(req); err != nil {
-		return err
-	}
-	c, err := e.acquire()
-	if err != nil {
-		return err
-	}
-	s := scratchPool.Get().(*scratch)
-	defer e.done(c, s)
-	root := c.domains[req.Domain]
-	if root == nil {
-		e.noteUnknownDomain(req.Domain, now)
-	}
-	if err := e.match(s, root, req); err != nil {
-		return err
-	}
-	s.hits = applyReplaces(s.hits)
-	return e.decide(ctx, s, req, now, resp)
+	return e.run(ctx, req, now, resp, nil)
 }
 
 func (e *Engine) decide(ctx context.Context, s *scratch, req *Request, now time.Time, resp *Response) error {

@@ -200,9 +200,10 @@ func (r *Reservation) charge(ctx context.Context, extra int64, now time.Time) (S
 	return Settlement{Extra: extra, Over: resp.Code == CodeOverLimit}, nil
 }
 
-// run decides req at now into resp as DecideInto does, then calls use with
-// the policy and the decided hits before they go back to the pool. When
-// use returns true the policy stays acquired, and the caller releases it.
+// run decides req at now into resp (DecideInto), then, when use is not
+// nil, calls it with the policy and the decided hits before they go back
+// to the pool. When use returns true the policy stays acquired, and the
+// caller releases it.
 func (e *Engine) run(ctx context.Context, req *Request, now time.Time, resp *Response, use func(c *compiled, hits []hit) bool) error {
 	if err := validate(req); err != nil {
 		return err
@@ -234,7 +235,9 @@ func (e *Engine) run(ctx context.Context, req *Request, now time.Time, resp *Res
 	if err := e.decide(ctx, s, req, now, resp); err != nil {
 		return err
 	}
-	keep = use(c, s.hits)
+	if use != nil {
+		keep = use(c, s.hits)
+	}
 	return nil
 }
 

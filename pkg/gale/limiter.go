@@ -285,14 +285,26 @@ func (l *Limiter) CheckBytes(ctx context.Context, key []byte, cost int64, now ti
 
 // checkStore asks the store (strict mode, and the fallback of a full L1).
 func (l *Limiter) checkStore(ctx context.Context, key string, cost int64, now time.Time) (Decision, error) {
+	return l.askStore(ctx, key, cost, false, now)
+}
+
+// askStore makes one store call for key at now, within the limiter's
+// store timeout (none for a store in this process): Check of cost, or,
+// with charge, Charge of cost units counted in full. A failure is answered
+// by the limiter's OnStoreError.
+func (l *Limiter) askStore(ctx context.Context, key string, cost int64, charge bool, now time.Time) (Decision, error) {
+	sctx := ctx // the call's; ctx stays the caller's, for failed
+	if !l.local {
+		var cancel context.CancelFunc
+		sctx, cancel = StoreContext(ctx, l.timeout)
+		defer cancel()
+	}
 	var d Decision
 	var err error
-	if l.local {
-		d, err = l.store.Check(ctx, key, l.rule, cost, now)
+	if charge {
+		d, err = l.store.Charge(sctx, key, l.rule, cost, now)
 	} else {
-		sctx, cancel := StoreContext(ctx, l.timeout)
 		d, err = l.store.Check(sctx, key, l.rule, cost, now)
-		cancel()
 	}
 	l.counters.storeChecks.Add(1)
 	if err != nil {

@@ -68,21 +68,7 @@ func (l *Limiter) ChargeBytes(ctx context.Context, key []byte, n int64, now time
 // chargeStore has the store count n units of key (strict mode, and the
 // other modes' way to the store).
 func (l *Limiter) chargeStore(ctx context.Context, key string, n int64, now time.Time) (Decision, error) {
-	var d Decision
-	var err error
-	if l.local {
-		d, err = l.store.Charge(ctx, key, l.rule, n, now)
-	} else {
-		sctx, cancel := StoreContext(ctx, l.timeout)
-		d, err = l.store.Charge(sctx, key, l.rule, n, now)
-		cancel()
-	}
-	l.counters.storeChecks.Add(1)
-	if err != nil {
-		d, err = l.failed(ctx, err)
-	}
-	d.Trips = 1
-	return d, err
+	return l.askStore(ctx, key, n, true, now)
 }
 
 func (l *Limiter) chargeCachedDeny(ctx context.Context, key string, n int64, now time.Time) (Decision, error) {
