@@ -187,11 +187,14 @@ func testSeveralLimits(t *testing.T, s *sidecar) {
 	v := unique(t, "v")
 	before := s.metrics(t)
 	runSteps(t, s, []step{
-		// 4 fits multi_year (4) but not multi_day (3): denied whole.
-		{"4 units: multi_day denies", request("e2e", hits(4, desc("multi", v))), over, []string{"OVER_LIMIT [multi_day 3/DAY] remaining=0"}},
+		// 4 fits multi_year (4) but not multi_day (3): denied whole. The
+		// cost is the request's hits_addend: a descriptor's own is a charge,
+		// counted even when denied, as upstream counts it (check, then
+		// charge), and testChargeCountsWhenDenied holds that.
+		{"4 units: multi_day denies", addend(4, request("e2e", desc("multi", v))), over, []string{"OVER_LIMIT [multi_day 3/DAY] remaining=0"}},
 		// Had the denial taken 4 from multi_year, this would be over.
 		{"1 unit: multi_year kept its 4", request("e2e", desc("multi", v)), ok, []string{"OK [multi_day 3/DAY] remaining=2"}},
-		{"2 units", request("e2e", hits(2, desc("multi", v))), ok, []string{"OK [multi_day 3/DAY] remaining=0"}},
+		{"2 units", addend(2, request("e2e", desc("multi", v))), ok, []string{"OK [multi_day 3/DAY] remaining=0"}},
 		{"1 unit: multi_day over", request("e2e", desc("multi", v)), over, []string{"OVER_LIMIT [multi_day 3/DAY] remaining=0"}},
 	})
 	after := s.metrics(t)
@@ -199,6 +202,17 @@ func testSeveralLimits(t *testing.T, s *sidecar) {
 		map[string]float64{"ok": 2, "near_limit": 1, "over_limit": 2})
 	wantGrowth(t, "decisions of multi_year", before.decisions("e2e", "multi_year"), after.decisions("e2e", "multi_year"),
 		map[string]float64{"ok": 4})
+}
+
+// testChargeCountsWhenDenied checks a descriptor's own hits_addend as
+// envoyproxy/ratelimit takes it: a charge, counted in every limit even
+// when one of them denies the request.
+func testChargeCountsWhenDenied(t *testing.T, s *sidecar) {
+	v := unique(t, "v")
+	runSteps(t, s, []step{
+		{"a charge of 4: multi_day overruns, multi_year counts it", request("e2e", hits(4, desc("multi", v))), over, []string{"OVER_LIMIT [multi_day 3/DAY] remaining=0"}},
+		{"so multi_year has nothing left", request("e2e", desc("multi", v)), over, []string{"OVER_LIMIT [multi_year 4/YEAR] remaining=0"}},
+	})
 }
 
 // testDenialConsumesNothing checks a request that one descriptor denies:

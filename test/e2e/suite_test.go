@@ -44,6 +44,7 @@ func runSuite(t *testing.T, store string) {
 		{"shadow_mode", testShadowMode},
 		{"replaces", testReplaces},
 		{"several_limits", testSeveralLimits},
+		{"charge_counts_when_denied", testChargeCountsWhenDenied},
 		{"denial_consumes_nothing", testDenialConsumesNothing},
 		{"example_policies", testExamplePolicies},
 		{"invalid_requests", testInvalidRequests},
