@@ -106,13 +106,10 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer fleet.close()
-	eopts := engine.Options{Store: engStore, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout, MaxKeys: c.maxKeys,
-		Distributed: fleet.node}
 	if fed != nil {
 		defer fed.close()
-		eopts.Federation = fed.rule
 	}
-	eng, err := engine.New(eopts)
+	eng, err := engine.New(engineOptions(c, engStore, fed, fleet, log))
 	if err != nil {
 		return err
 	}
@@ -275,3 +272,17 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	log.Info("stopped")
 	return runErr
 }
+
+// engineOptions is the engine c configures over store, with fed's regions
+// for federated rules (none when fed is nil) and fleet's coordinators for
+// distributed gates: serve's, and validate's (whose parts hold no
+// connection), so that validate refuses what serve refuses.
+func engineOptions(c *serveConfig, store gale.Store, fed *federationParts, fleet *fleetParts, log *slog.Logger) engine.Options {
+	o := engine.Options{Store: store, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout, MaxKeys: c.maxKeys,
+		Distributed: fleet.node}
+	if fed != nil {
+		o.Federation = fed.rule
+	}
+	return o
+}
+
