@@ -285,4 +285,3 @@ func engineOptions(c *serveConfig, store gale.Store, fed *federationParts, fleet
 	}
 	return o
 }
-
