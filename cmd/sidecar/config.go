@@ -117,7 +117,7 @@ func parseServeFor(command string, args []string, getenv func(string) string, st
 	c.tracing.define(fs)
 	fs.BoolVar(&c.healthcheckPolicy, "healthcheck-needs-policy", false, "/healthcheck (envoyproxy/ratelimit's health check) fails until a policy is loaded")
 	fs.BoolVar(&c.healthcheckStore, "healthcheck-needs-store", false, "/healthcheck fails while the store does not answer (a liveness probe on it then restarts replicas in a store outage)")
-	fs.BoolVar(&c.upstreamDefaults, "upstream-defaults", false, "take envoyproxy/ratelimit's defaults (listen on all interfaces, policy in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config) even when none of its variables is set; on when the binary runs as `ratelimit`")
+	fs.BoolVar(&c.upstreamDefaults, "upstream-defaults", false, "take envoyproxy/ratelimit's defaults (listen on all interfaces, policy in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config) even when none of its variables is set; on when the binary runs as ratelimit (/bin/ratelimit)")
 	fs.Usage = func() {
 		if command == "validate" {
 			fmt.Fprint(stderr, validateUsage)
