@@ -75,9 +75,17 @@ type serveConfig struct {
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveConfig, error) {
+	c, _, err := parseServeFor("serve", args, getenv, stderr)
+	return c, err
+}
+
+// parseServeFor reads serve's flags and environment for command, serve
+// or validate (which takes the same, and policy directories after them:
+// returned as rest; serve takes none).
+func parseServeFor(command string, args []string, getenv func(string) string, stderr io.Writer) (c *serveConfig, rest []string, err error) {
 	host, _ := os.Hostname()
-	c := &serveConfig{}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	c = &serveConfig{}
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.policyDir, "policy", "./config", "directory of policy *.yaml files (one domain per file), watched for changes")
 	fs.BoolVar(&c.policyTree, "policy-tree", false, "read every file below --policy, subdirectories included and whatever the extension, as envoyproxy/ratelimit reads its runtime directory (its RUNTIME_* variables set this)")
@@ -109,20 +117,26 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	c.tracing.define(fs)
 	fs.BoolVar(&c.healthcheckPolicy, "healthcheck-needs-policy", false, "/healthcheck (envoyproxy/ratelimit's health check) fails until a policy is loaded")
 	fs.BoolVar(&c.healthcheckStore, "healthcheck-needs-store", false, "/healthcheck fails while the store does not answer (a liveness probe on it then restarts replicas in a store outage)")
-	fs.BoolVar(&c.upstreamDefaults, "upstream-defaults", false, "take envoyproxy/ratelimit's defaults (listen on all interfaces, policy in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config) even when none of its variables is set; on when the binary runs as `ratelimit`")
+	fs.BoolVar(&c.upstreamDefaults, "upstream-defaults", false, "take envoyproxy/ratelimit's defaults (listen on all interfaces, policy in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config) even when none of its variables is set; on when the binary runs as ratelimit (/bin/ratelimit)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: throttlekit serve [flags]\n\nEvery flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n"+
+		if command == "validate" {
+			fmt.Fprint(stderr, validateUsage)
+		} else {
+			fmt.Fprint(stderr, "usage: throttlekit serve [flags]\n\n")
+		}
+		fmt.Fprintf(stderr, "Every flag has an environment twin: --grpc-addr is %sGRPC_ADDR.\n"+
 			"Unset, envoyproxy/ratelimit's variable decides (GRPC_PORT, ...), then %sGRPC_ADDR, a default only.\n\n", envPrefix, envDefaultPrefix)
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil { // one-line errors, durations with an example (flags.go)
-		return nil, err
+		return nil, nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("serve takes no arguments (got %q): did you mean --policy %s?", fs.Args(), fs.Arg(0))
+	if fs.NArg() > 0 && command == "serve" {
+		return nil, nil, fmt.Errorf("serve takes no arguments (got %q): did you mean --policy %s?", fs.Args(), fs.Arg(0))
 	}
+	rest = fs.Args()
 	if err := applyEnv(fs, getenv); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// envoyproxy/ratelimit's variables, for the flags still not given
 	// (internal/upstreamenv, which reads no environment: it is handed
@@ -139,10 +153,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		err = applyEnvDefaults(fs, getenv) // below both: the image's defaults
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.upstream = up
-	return c, c.validate()
+	return c, rest, c.validate()
 }
 
 // environ lists the process's environment variable names (the

@@ -26,8 +26,8 @@ const coordinatorTimeout = time.Second
 // load, saying which flag it needs.
 type fleetParts struct {
 	nodeID  string
-	redis   *rediscoord.Coordinator
-	pg      *pgcoord.Coordinator
+	redis   distributed.Coordinator // nil, or a *rediscoord.Coordinator (validate: in memory)
+	pg      distributed.Coordinator // nil, or a *pgcoord.Coordinator (validate: in memory)
 	log     *slog.Logger
 	closers []func()
 }

@@ -63,6 +63,15 @@ type federationParts struct {
 	owners  map[engine.RuleRef]string             // the counter of each rule in regions
 }
 
+// newFederationParts is c's federation before any coordinator or escrow
+// is attached.
+func newFederationParts(c *serveConfig) *federationParts {
+	return &federationParts{region: c.region, timeout: c.federationTimeout, probe: c.federationProbe,
+		health: federation.NewHealth(c.federationProbe),
+		states: map[string]*federation.RuleState{}, regions: map[engine.RuleRef]*federation.Region{},
+		names: map[string]engine.RuleRef{}, owners: map[engine.RuleRef]string{}}
+}
+
 // newFederation joins the federation c describes, or returns nil when c
 // names none. regional is the --redis-url client (nil with --store memory)
 // and rs the store on it.
@@ -70,10 +79,7 @@ func newFederation(ctx context.Context, c *serveConfig, regional redis.Universal
 	if c.region == "" {
 		return nil, nil
 	}
-	f := &federationParts{region: c.region, timeout: c.federationTimeout, probe: c.federationProbe,
-		health: federation.NewHealth(c.federationProbe),
-		states: map[string]*federation.RuleState{}, regions: map[engine.RuleRef]*federation.Region{},
-		names: map[string]engine.RuleRef{}, owners: map[engine.RuleRef]string{}}
+	f := newFederationParts(c)
 	f.health.Notify(func(down bool, err error) {
 		if down {
 			log.Warn("federation: the coordinator does not answer: federated rules answer by their outage mode until a probe finds it", "url", Redact(c.federationURL), "err", redactErr(err, c.federationURL), "probe_after", c.federationProbe.String())

@@ -87,7 +87,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return exitOK
 	case "validate":
-		v, err := parseValidate(args, stdout)
+		v, err := parseValidate(args, getenv, stderr)
 		if code, ok := parsed(err); !ok {
 			return code
 		}

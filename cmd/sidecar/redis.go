@@ -99,13 +99,26 @@ const startupCheckTimeout = 2 * time.Second
 // when Redis refuses what raw describes (see redisConfigError): serve must
 // not start on it. Otherwise it returns the answer for the store probe: nil,
 // or why Redis is unreachable, which only makes serve not ready.
-func checkRedisAtStart(ctx context.Context, p *storeProbe, raw string) (answer, refused error) {
+//
+// upstream says the URL was made from envoyproxy/ratelimit's variables
+// (REDIS_URL, REDIS_AUTH, ...): the error then names them, not a flag the
+// user never wrote.
+func checkRedisAtStart(ctx context.Context, p *storeProbe, raw string, upstream bool) (answer, refused error) {
 	err := p.check(ctx, startupCheckTimeout)
 	if hint, ok := redisConfigError(err); ok {
 		var re redis.Error
 		errors.As(err, &re)
 		msg := strings.TrimSpace(redactErr(re, raw).Error())
-		return err, fmt.Errorf("--redis-url %s: Redis refuses it (%s): %s", Redact(raw), msg, hint)
+		what := "--redis-url " + Redact(raw)
+		if upstream {
+			what = "REDIS_URL (" + Redact(raw) + ")"
+			if redis.IsAuthError(err) {
+				hint = "the password in REDIS_AUTH (PASSWORD, or USER:PASSWORD) is missing or wrong"
+			} else {
+				hint = strings.ReplaceAll(hint, "--redis-url", "REDIS_URL")
+			}
+		}
+		return err, fmt.Errorf("%s: Redis refuses it (%s): %s", what, msg, hint)
 	}
 	return err, nil
 }

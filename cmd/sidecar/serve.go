@@ -41,12 +41,21 @@ func parseLevel(s string) (slog.Level, error) {
 
 func newLogger(c *serveConfig, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(c.logLevel)
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}
 	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if c.logFormat == "json" {
 		h = slog.NewJSONHandler(w, opts)
 	}
 	return slog.New(h).With("node", c.nodeID)
+}
+
+// durationText writes a duration as Go writes it (1.5s), not as the JSON
+// handler's nanoseconds (1500000000), in either log format.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // serve runs the sidecar until ctx ends or SIGTERM/SIGINT arrives, then
@@ -106,13 +115,10 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer fleet.close()
-	eopts := engine.Options{Store: engStore, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout, MaxKeys: c.maxKeys,
-		Distributed: fleet.node}
 	if fed != nil {
 		defer fed.close()
-		eopts.Federation = fed.rule
 	}
-	eng, err := engine.New(eopts)
+	eng, err := engine.New(engineOptions(c, engStore, fed, fleet, log))
 	if err != nil {
 		return err
 	}
@@ -137,7 +143,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if ping == nil {
 		probe.record(nil) // the memory store is this process's own: always up
 	} else {
-		answer, refused := checkRedisAtStart(ctx, probe, c.redisURL)
+		answer, refused := checkRedisAtStart(ctx, probe, c.redisURL, c.upstream.Took("REDIS_URL"))
 		if refused != nil {
 			return refused
 		}
@@ -245,7 +251,11 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 			log.Error("policy watcher stopped: changes will not be reloaded", "dir", c.policyDir, "error", err)
 		}
 	}()
-	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "metrics", metricsLis.addr(), "policy", c.policyDir)
+	from := c.policyDir
+	if c.xds.enabled() {
+		from = "xds " + c.xds.url // the directory is not read
+	}
+	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "metrics", metricsLis.addr(), "policy", from)
 
 	var runErr error
 	select {
@@ -274,4 +284,17 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// engineOptions is the engine c configures over store, with fed's regions
+// for federated rules (none when fed is nil) and fleet's coordinators for
+// distributed gates: serve's, and validate's (whose parts hold no
+// connection), so that validate refuses what serve refuses.
+func engineOptions(c *serveConfig, store gale.Store, fed *federationParts, fleet *fleetParts, log *slog.Logger) engine.Options {
+	o := engine.Options{Store: store, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout, MaxKeys: c.maxKeys,
+		Distributed: fleet.node}
+	if fed != nil {
+		o.Federation = fed.rule
+	}
+	return o
 }

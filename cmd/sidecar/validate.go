@@ -1,60 +1,63 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 
+	"github.com/throttlekit/throttlekit/pkg/adaptive/distributed"
 	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/gale/federation"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/policy"
 )
 
-// validateArgs is validate's command line: policy directories, and how
-// to read them.
+const validateUsage = "usage: throttlekit validate [serve's flags] [DIR...]\n\n" +
+	"Loads each policy directory (--policy when none is given) exactly as serve would\n" +
+	"with the same flags and environment — every *.yaml and *.yml file in it, every file\n" +
+	"below it with --policy-tree — and builds it as serve would (federated rules against\n" +
+	"--region and --federation-url, distributed gates against --store redis and\n" +
+	"--postgres-url), without connecting to anything. Prints DIR: OK (N domains, M gates),\n" +
+	"or every problem as file:line: field: message. Exits 1 when a directory is invalid,\n" +
+	"holds no policy file, or would be refused by serve.\n\n"
+
+// validateArgs is validate's command line: serve's configuration, and the
+// policy directories to check.
 type validateArgs struct {
+	c    *serveConfig
 	dirs []string
-	tree bool // every file below each directory (--policy-tree)
 }
 
-// parseValidate reads validate's command line: policy directories.
-func parseValidate(args []string, stdout io.Writer) (validateArgs, error) {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	var v validateArgs
-	fs.BoolVar(&v.tree, "policy-tree", false, "read every file below each directory, subdirectories included and whatever the extension (serve's --policy-tree)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: throttlekit validate [--policy-tree] DIR...\n\n"+
-			"Loads each policy directory exactly as serve would (every *.yaml and *.yml file in it;\n"+
-			"with --policy-tree every file below it) and prints DIR: OK (N domains, M gates), or\n"+
-			"every problem as file:line: field: message.\n"+
-			"Exits 1 when a directory is invalid, or holds no policy file.\n")
-		fs.PrintDefaults()
+// parseValidate reads validate's command line: serve's flags (and
+// environment), then policy directories.
+func parseValidate(args []string, getenv func(string) string, stderr io.Writer) (validateArgs, error) {
+	c, dirs, err := parseServeFor("validate", args, getenv, stderr)
+	if err != nil {
+		return validateArgs{}, err
 	}
-	if err := parseFlags(fs, args); err != nil {
-		return v, err
+	if c.xds.enabled() && len(dirs) == 0 {
+		return validateArgs{}, errors.New("with --config-xds-url the policy comes over xDS: give validate the directory to check (validate DIR)")
 	}
-	if fs.NArg() == 0 {
-		return v, errors.New("give at least one policy directory, e.g. throttlekit validate ./config")
+	if len(dirs) == 0 {
+		dirs = []string{c.policyDir}
 	}
-	v.dirs = fs.Args()
-	return v, nil
+	return validateArgs{c: c, dirs: dirs}, nil
 }
 
-// validate loads each directory exactly as serve would and prints OK or
-// every error as file:line: field: message. It reports whether all were
-// valid.
+// validate loads and builds each directory as serve would with the same
+// configuration, and prints OK or every error as file:line: field:
+// message. It reports whether all were valid.
 func validate(args validateArgs, stdout, stderr io.Writer) bool {
-	e, _ := engine.New(engine.Options{Store: memstore.New()})
 	ok := true
 	for _, dir := range args.dirs {
 		set, err := policy.Load(dir)
-		if args.tree {
+		if args.c.policyTree {
 			set, _, err = policy.LoadTree(dir)
 		}
 		if err == nil {
-			err = e.Check(set)
+			err = build(args.c, set)
 		}
 		if err == nil {
 			fmt.Fprintf(stdout, "%s: OK (%s, %s)\n", dir, count(len(set.Domains), "domain"), count(len(set.Gates), "gate"))
@@ -71,6 +74,36 @@ func validate(args validateArgs, stdout, stderr io.Writer) bool {
 		fmt.Fprintf(stderr, "%s: %v\n", dir, err)
 	}
 	return ok
+}
+
+// build loads set into an engine wired as serve wires it for c (the same
+// engineOptions, federation and fleet parts), whose stores and
+// coordinators are in memory: every refusal serve's wiring makes, without
+// connecting to anything.
+func build(c *serveConfig, set *policy.Set) error {
+	log := slog.New(slog.DiscardHandler)
+	fleet := &fleetParts{nodeID: c.nodeID, log: log}
+	if c.store == "redis" {
+		fleet.redis = distributed.NewMemory()
+	}
+	if c.postgresURL != "" {
+		fleet.pg = distributed.NewMemory()
+	}
+	var fed *federationParts
+	if c.region != "" {
+		fed = newFederationParts(c)
+		fed.coord = federation.NewMemoryCoordinator(nil)
+		if c.store == "redis" { // serve's escrow and regional budget are on --redis-url
+			fed.escrow, fed.fallback = federation.NewMemoryEscrow(), memstore.New()
+		}
+		defer fed.close()
+	}
+	e, err := engine.New(engineOptions(c, memstore.New(), fed, fleet, log))
+	if err != nil {
+		return err
+	}
+	defer e.Close(context.Background()) //nolint:errcheck // a throwaway engine
+	return e.Load(context.Background(), set)
 }
 
 // count is "1 gate", "2 gates", "0 gates".

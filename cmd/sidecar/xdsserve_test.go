@@ -128,6 +128,13 @@ func TestServeXDSFromUpstreamEnvironment(t *testing.T) {
 	if log := s.stderr.String(); !strings.Contains(log, "CONFIG_GRPC_XDS_SERVER_URL") {
 		t.Errorf("the start log does not say CONFIG_GRPC_XDS_SERVER_URL was taken")
 	}
+	// The serving line says where the policy comes from: xDS, not the
+	// --policy directory it never reads (issue 32, item 11).
+	for _, line := range strings.Split(s.stderr.String(), "\n") {
+		if strings.Contains(line, `"msg":"serving"`) && !strings.Contains(line, `"policy":"xds `+srv.Addr+`"`) {
+			t.Errorf("the serving line %s, want policy=xds %s", line, srv.Addr)
+		}
+	}
 }
 
 // counter is the value of name's series with label=value, or -1.

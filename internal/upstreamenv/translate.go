@@ -277,6 +277,10 @@ func companions(flag, name string) []string {
 
 // set records that the variables from (those of them set) make flag
 // value; byDefault: an upstream default made it too.
+// Took reports whether Apply took the variable name (set, and its flag not
+// given). A nil u took nothing.
+func (u *Env) Took(name string) bool { return u != nil && slices.Contains(u.taken, name) }
+
 func (u *Env) set(flag, value string, byDefault bool, from ...string) {
 	var used []string
 	for _, name := range from {
