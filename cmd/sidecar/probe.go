@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,11 +22,14 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/throttlekit/throttlekit/internal/certs"
 	"github.com/throttlekit/throttlekit/pkg/envoyrls"
+	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
 // defaultGRPCAddr is serve's default --grpc-addr, where probe asks.
@@ -38,6 +42,13 @@ type entry struct{ key, value string }
 type probeConfig struct {
 	addr    string
 	timeout time.Duration // for each answer
+	// tls, when tlsOn, is how to dial a TLS listener (serve's
+	// --grpc-tls-cert; Envoy Gateway's mutual TLS).
+	tls   certs.ClientFiles
+	tlsOn bool
+	// metricsURL is the sidecar's /metrics, read before and after a rate
+	// limit request to tell what its answer cannot; "" for none.
+	metricsURL string
 
 	// RateLimitService: one request of descriptors.
 	domain      string
@@ -65,6 +76,11 @@ func parseProbe(args []string, stdout io.Writer) (*probeConfig, error) {
 	fs.SetOutput(stdout)
 	fs.StringVar(&c.addr, "addr", defaultGRPCAddr, "the sidecar's gRPC address (serve's --grpc-addr)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for each answer")
+	fs.StringVar(&c.tls.CAFile, "tls-ca", "", "dial over TLS, trusting this CA (PEM file) for the sidecar's certificate (serve's --grpc-tls-cert); without it the system's roots")
+	fs.StringVar(&c.tls.CertFile, "tls-cert", "", "dial over TLS presenting this client certificate chain (PEM file; needs --tls-key), for a listener with --grpc-tls-client-ca (mutual TLS, as Envoy Gateway dials)")
+	fs.StringVar(&c.tls.KeyFile, "tls-key", "", "the private key of --tls-cert (PEM file)")
+	fs.StringVar(&c.tls.ServerName, "tls-server-name", "", "dial over TLS, checking that the sidecar's certificate names this host (default: the host of --addr)")
+	fs.StringVar(&c.metricsURL, "metrics-url", "http://127.0.0.1:8080/metrics", "rate limit: the sidecar's /metrics (serve's --http-addr or --metrics-addr), read before and after the request to tell an unknown domain or a shadow rule over its limit, which the answer cannot; an https URL uses the --tls-* flags; empty to skip")
 	fs.StringVar(&c.domain, "domain", "", "rate limit: the policy domain to ask (e.g. edge)")
 	fs.Var(&descs, "descriptor", "rate limit: one descriptor, key=value, or key=value,key2=value2 for nested entries; repeat for more descriptors")
 	fs.Uint64Var(&hits, "hits", 1, "rate limit: how many hits the request counts (the request's hits_addend)")
@@ -87,6 +103,12 @@ headers through the concurrency gates (ext_proc, in Envoy's order: request
 headers, then after --hold the response headers). Hold a request open in
 one terminal and probe again in another to see a gate reject.
 
+A TLS listener (serve's --grpc-tls-cert) takes --tls-ca, and mutual TLS
+(--grpc-tls-client-ca, as Envoy Gateway dials) --tls-cert and --tls-key too.
+Reading the sidecar's /metrics (--metrics-url) before and after, probe also
+says when the domain is unknown or a shadow rule went over its limit: both
+are answered OK.
+
 Exits 0 when admitted, 3 on OVER_LIMIT or a gate's rejection, 1 when no
 answer came, 2 on a bad command line.
 
@@ -103,6 +125,15 @@ answer came, 2 on a bad command line.
 		return nil, fmt.Errorf("probe takes no arguments (got %q): descriptors go in --descriptor key=value", fs.Args())
 	case c.timeout <= 0:
 		return nil, errors.New("--timeout must be positive")
+	}
+	c.tlsOn = c.tls != certs.ClientFiles{}
+	if c.tlsOn {
+		if _, err := certs.ClientConfig(c.tls); err != nil {
+			return nil, err
+		}
+	}
+	if c.metricsURL != "" && !strings.HasPrefix(c.metricsURL, "http://") && !strings.HasPrefix(c.metricsURL, "https://") {
+		return nil, fmt.Errorf("--metrics-url %q: want http://host:port/metrics or https://…, or empty to skip", c.metricsURL)
 	}
 	if c.extproc {
 		for _, name := range []string{"domain", "descriptor", "hits", "check-only", "charge"} {
@@ -183,7 +214,17 @@ func parseDescriptor(s string) ([]entry, error) {
 // probeOnce sends what c says and prints the answer; it returns the exit
 // code.
 func probeOnce(ctx context.Context, c *probeConfig, stdout, stderr io.Writer) int {
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	var tlsConf *tls.Config
+	if c.tlsOn {
+		var err error
+		if tlsConf, err = certs.ClientConfig(c.tls); err != nil {
+			fmt.Fprintf(stderr, "throttlekit probe: %v\n", err)
+			return exitUsage
+		}
+		creds = credentials.NewTLS(tlsConf)
+	}
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		fmt.Fprintf(stderr, "throttlekit probe: --addr %s: %v\n", c.addr, err)
 		return exitUsage
@@ -192,21 +233,36 @@ func probeOnce(ctx context.Context, c *probeConfig, stdout, stderr io.Writer) in
 	if c.extproc {
 		return probeGate(ctx, c, extprocv3.NewExternalProcessorClient(conn), stdout, stderr)
 	}
-	return probeLimit(ctx, c, rlsv3.NewRateLimitServiceClient(conn), stdout, stderr)
+	return probeLimit(ctx, c, tlsConf, rlsv3.NewRateLimitServiceClient(conn), stdout, stderr)
 }
 
-// unreachable says what to do when the sidecar does not answer.
+// unreachable says what to do when no verdict came: the sidecar did not
+// answer, or answered that it could not decide (its store failed).
 func unreachable(c *probeConfig, err error, stderr io.Writer) int {
-	if status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded {
-		fmt.Fprintf(stderr, "throttlekit probe: cannot reach throttlekit at %s (%v); is `throttlekit serve` running there? --addr sets the address\n", c.addr, status.Convert(err).Message())
-	} else {
+	msg := status.Convert(err).Message()
+	switch code := status.Code(err); {
+	case strings.Contains(msg, gale.ErrStore.Error()):
+		// The sidecar answered: a store failure under a limit whose
+		// store_error policy is error (Envoy's failure_mode_deny decides).
+		fmt.Fprintf(stderr, "throttlekit probe: throttlekit at %s answered, but could not decide: its store failed (%s); check the store it uses (--redis-url) and its /readyz\n", c.addr, msg)
+	case code == codes.Unavailable && !c.tlsOn && tlsListener(msg):
+		fmt.Fprintf(stderr, "throttlekit probe: cannot talk to throttlekit at %s (%s); is its gRPC listener TLS (serve's --grpc-tls-cert)? give --tls-ca, and for mutual TLS --tls-cert and --tls-key\n", c.addr, msg)
+	case code == codes.Unavailable || code == codes.DeadlineExceeded:
+		fmt.Fprintf(stderr, "throttlekit probe: cannot reach throttlekit at %s (%s); is `throttlekit serve` running there? --addr sets the address\n", c.addr, msg)
+	default:
 		fmt.Fprintf(stderr, "throttlekit probe: %v\n", err)
 	}
 	return exitFailed
 }
 
+// tlsListener reports whether msg, a plaintext dial's failure, is a TLS
+// listener hanging up on it.
+func tlsListener(msg string) bool {
+	return strings.Contains(msg, "server preface") || strings.Contains(msg, "tls:") || strings.Contains(msg, "EOF")
+}
+
 // probeLimit sends one ShouldRateLimit and prints each descriptor's verdict.
-func probeLimit(ctx context.Context, c *probeConfig, client rlsv3.RateLimitServiceClient, stdout, stderr io.Writer) int {
+func probeLimit(ctx context.Context, c *probeConfig, tlsConf *tls.Config, client rlsv3.RateLimitServiceClient, stdout, stderr io.Writer) int {
 	req := &rlsv3.RateLimitRequest{Domain: c.domain, HitsAddend: c.hits}
 	if c.addend != nil {
 		req.HitsAddend = 0 // unset, as Envoy sends a cost-based limit's
@@ -221,12 +277,35 @@ func probeLimit(ctx context.Context, c *probeConfig, client rlsv3.RateLimitServi
 		}
 		req.Descriptors = append(req.Descriptors, rd)
 	}
+	var was *probeCounters
+	var wasErr error
+	if c.metricsURL != "" {
+		was, wasErr = readCounters(ctx, c.metricsURL, tlsConf, c.timeout, c.domain)
+	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := client.ShouldRateLimit(cctx, req)
 	if err != nil {
 		return unreachable(c, err, stderr)
 	}
+	defer func() {
+		if c.metricsURL == "" {
+			return
+		}
+		now, err := readCounters(ctx, c.metricsURL, tlsConf, c.timeout, c.domain)
+		if err == nil && wasErr == nil {
+			for _, n := range probeNotes(c.domain, was, now) {
+				fmt.Fprintln(stdout, "  note: "+n)
+			}
+			return
+		}
+		if err == nil {
+			err = wasErr
+		}
+		if ambiguous(resp) {
+			fmt.Fprintf(stderr, "throttlekit probe: could not read --metrics-url %s (%v): cannot tell whether the domain is unknown or a shadow rule is over its limit, which the answer does not say\n", c.metricsURL, err)
+		}
+	}()
 	lines := make([]string, len(c.descriptors))
 	for i, d := range c.descriptors {
 		var st *rlsv3.RateLimitResponse_DescriptorStatus
@@ -253,6 +332,22 @@ func probeLimit(ctx context.Context, c *probeConfig, client rlsv3.RateLimitServi
 		return exitDenied
 	}
 	return exitFailed
+}
+
+// ambiguous reports whether resp is an answer the sidecar's counters could
+// explain: OK with no limit applying (an unknown domain looks so), or OK
+// with nothing remaining (a shadow rule over its limit looks so).
+func ambiguous(resp *rlsv3.RateLimitResponse) bool {
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		return false
+	}
+	for _, st := range resp.GetStatuses() {
+		if st.GetCurrentLimit() != nil && st.GetLimitRemaining() > 0 {
+			continue
+		}
+		return true
+	}
+	return len(resp.GetStatuses()) == 0
 }
 
 // describeStatus is one descriptor's verdict in words: "OVER_LIMIT:

@@ -45,9 +45,10 @@ type inProcess struct {
 	grpcAddr, httpAddr, policyDir string
 }
 
-// startInProcess runs `throttlekit serve` on files (name → contents) until
-// it logs "serving"; Cleanup stops it and waits for it to return.
-func startInProcess(t *testing.T, files map[string]string) *inProcess {
+// startInProcess runs `throttlekit serve` on files (name → contents), with
+// extra flags, until it logs "serving"; Cleanup stops it and waits for it
+// to return.
+func startInProcess(t *testing.T, files map[string]string, extra ...string) *inProcess {
 	t.Helper()
 	s := &inProcess{policyDir: t.TempDir()}
 	for name, src := range files {
@@ -57,6 +58,7 @@ func startInProcess(t *testing.T, files map[string]string) *inProcess {
 	}
 	args := []string{"serve", "--policy", s.policyDir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--drain-timeout", "2s"}
+	args = append(args, extra...)
 	var logs testenv.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)

@@ -2,7 +2,8 @@
 // clients' certificates must chain to, from PEM files, and loads them
 // again when they change: a rewrite, or the symlink swap of a Kubernetes
 // secret update. A rotation reaches new connections; open ones keep the
-// certificate they were shown.
+// certificate they were shown. ClientConfig is the other side: the TLS a
+// client (throttlekit probe) dials such a listener with.
 //
 // Errors name the serve flag that gives each file (--grpc-tls-cert,
 // --grpc-tls-key, --grpc-tls-client-ca, --grpc-tls-client-san): they are

@@ -164,7 +164,7 @@ func (m *Machine) Charge(k *KeyState, now time.Time, n int64, d *Decision) (st S
 	k.Used += take
 	rest := n - take
 	if rest == 0 && (n > 0 || k.Credits > 0) {
-		*d = Decision{Allowed: true, Limit: m.Rule.Limit, Remaining: min(k.Credits+k.Remote, m.Rule.Capacity()), ResetAt: k.Reset, WindowEnd: k.WindowEnd}
+		*d = Decision{Allowed: true, Limit: m.Rule.Limit, Remaining: m.remaining(k, now), ResetAt: k.Reset, WindowEnd: k.WindowEnd}
 		if now.After(k.Reset) && m.Rule.Windowed() {
 			_, we := m.Rule.WindowBounds(now.UnixMicro())
 			d.ResetAt = time.UnixMicro(we)
@@ -201,6 +201,9 @@ func (m *Machine) Charged(k *KeyState, now time.Time, d Decision) {
 	case d.Fallback:
 	case d.Allowed:
 		k.Remote = d.Remaining
+		if !m.Rule.Windowed() || !d.WindowEnd.Equal(k.WindowEnd) {
+			k.Showing = false
+		}
 	case d.RetryAfter > 0:
 		deny := d
 		deny.Overrun, deny.WindowEnd = 0, time.Time{}

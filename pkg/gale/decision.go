@@ -11,8 +11,15 @@ type Decision struct {
 	Limit int64
 	// Remaining is how many more units could be admitted now, after this
 	// decision, at most the rule's Capacity. In leased mode it is this
-	// node's estimate: its local credits plus what the store reported
-	// remaining when it last leased, capped at the Capacity.
+	// node's view: what the fleet had left at the key's last store answer
+	// (the store's remaining then plus this node's credits) less what the
+	// node has admitted since — true as of that answer, blind to what
+	// other nodes took since. It never rises between two answers of one
+	// node within a window (a refund or another node's give-back does not
+	// raise it); for GCRA and the token bucket, whose store refills with
+	// time, it is non-increasing between two store answers. A client whose
+	// requests spread over several nodes sees each node's view in turn,
+	// which need not be monotonic.
 	Remaining int64
 	// ResetAt is when the limit is fully available again, when nothing else
 	// is taken meanwhile: the window's end for the fixed windows and quotas,

@@ -86,6 +86,13 @@ type KeyState struct {
 	// caller's clock) at the last lease, for the decisions served locally.
 	Remote int64
 	Reset  time.Time
+	// Shown is the Remaining the key last reported, when Showing: of the
+	// store window WindowEnd (a windowed rule), or since the last store
+	// answer (a rule without windows, whose store refills with time). A
+	// served check reports at most Shown, so that the figure never rises
+	// between two answers of one process in a window (remaining).
+	Shown   int64
+	Showing bool
 	// Lease names the lease in flight, 0 when none; LeaseMin is what it
 	// must grant at least (the need of the check that began it), and
 	// Abandoned is set when that check gave up before it landed.
@@ -189,11 +196,7 @@ func (m *Machine) Check(k *KeyState, now time.Time, cost int64, d *Decision) (st
 		k.Credits -= cost
 		k.Served += cost
 		k.Used += cost
-		// Credits carried from an earlier lease and the store's count at the
-		// last lease may add up to more than the rule ever admits at once
-		// (a low-water refill landing on a store that has refilled
-		// meanwhile): report at most the capacity.
-		d.Allowed, d.Limit, d.Remaining = true, m.Rule.Limit, min(k.Credits+k.Remote, m.Rule.Capacity())
+		d.Allowed, d.Limit, d.Remaining = true, m.Rule.Limit, m.remaining(k, now)
 		d.ResetAt, d.WindowEnd, d.RetryAfter, d.Fallback = k.Reset, k.WindowEnd, 0, false
 		if now.After(k.Reset) && m.Rule.Windowed() {
 			// Uncoupled credits outlive their window: the window in place
@@ -283,6 +286,9 @@ func (m *Machine) Landed(k *KeyState, id uint64, sent time.Time, g Grant) (stran
 		return 0
 	}
 	k.DenyUntil = time.Time{}
+	if !m.Rule.Windowed() || !g.WindowEnd.Equal(k.WindowEnd) {
+		k.Showing = false // a new window, or a bucket's new answer: see remaining
+	}
 	stranded = m.Expire(k, sent)
 	if m.decays() && m.Fault&FaultUndecayedCredits == 0 {
 		stranded += m.joinSpan(k, g)
@@ -315,6 +321,36 @@ func (m *Machine) Landed(k *KeyState, id uint64, sent time.Time, g Grant) (stran
 	}
 	k.Remote, k.Reset = g.Decision.Remaining, local(g.Decision.ResetAt)
 	return stranded
+}
+
+// remaining is what a check served from k's credits at now reports: what
+// the fleet had left at the key's last store answer (the store's Remaining
+// then, plus the credits this node held) less what the node served since —
+// its credits now plus that Remaining — at most the capacity, and at most
+// what the key last reported in the same window (Shown). The figure
+// ignores what other nodes took since that answer: it is this node's
+// view, true as of its last answer, and it never rises between two
+// answers in one window, though a refund, another node's give-back or a
+// lease finding the store refilled would raise it. For a rule without
+// windows the store's bucket refills with time, and the figure restarts at
+// each store answer: it is monotonic between two answers.
+func (m *Machine) remaining(k *KeyState, now time.Time) int64 {
+	// Credits carried from an earlier lease and the store's count at the
+	// last lease may add up to more than the rule ever admits at once
+	// (a low-water refill landing on a store that has refilled
+	// meanwhile): report at most the capacity.
+	r := min(k.Credits+k.Remote, m.Rule.Capacity())
+	if m.Rule.Windowed() && !k.Until.IsZero() && !now.Before(k.Until) {
+		// Uncoupled credits past their window: the store's figure is of an
+		// older window, and there is none of this one to hold to.
+		k.Showing = false
+		return r
+	}
+	if k.Showing {
+		r = min(r, k.Shown)
+	}
+	k.Shown, k.Showing = r, true
+	return r
 }
 
 // Failed ends lease id, which the store did not answer.

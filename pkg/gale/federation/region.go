@@ -272,6 +272,7 @@ func (r *Region) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi i
 		return gale.Grant{}, err
 	}
 	took := now
+	var held Held // the escrow's balance when it could not serve the lease
 	if e := r.cfg.Escrow; e != nil {
 		h, err := e.Take(ctx, key, lo, hi, now)
 		if err != nil {
@@ -283,9 +284,9 @@ func (r *Region) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi i
 		r.stats.balance.Store(h.Balance)
 		if h.Granted > 0 {
 			r.stats.escrowTaken.Add(h.Granted)
-			return heldGrant(rule, h), nil
+			return heldGrant(rule, h, r.state.coordinatorLeft(key, h.Window.End)), nil
 		}
-		took = h.Now
+		took, held = h.Now, h
 	}
 	if err := r.health.admit(ctx, r.cfg.Coordinator, now); err != nil {
 		return r.outage(ctx, key, rule, lo, hi, now, err)
@@ -312,19 +313,34 @@ func (r *Region) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi i
 	}
 	r.stats.leased.Add(g.Granted)
 	g, surplus, w := r.mach.Split(g, hi, took)
+	var parked int64
 	switch {
 	case surplus > 0 && w.End.IsZero(): // a window already over: see refill
 		r.state.queue(pendingReconcile{key, rule, r.newReconcile(surplus, g.WindowEnd, now)})
 	case surplus > 0:
-		r.refill(ctx, key, rule, surplus, w, now)
+		parked = r.refill(ctx, key, rule, surplus, w, now)
+	}
+	if g.Granted > 0 {
+		// What the fleet has left, as far as this answer tells: the
+		// coordinator's count and the escrow's balance of the window (the
+		// lease's surplus joined it). Escrow takes report the same sum
+		// (heldGrant), so the process's figure does not fall to the
+		// escrow's balance between two coordinator leases (issue 32).
+		r.state.sawRemaining(key, g.WindowEnd, g.Decision.Remaining, now)
+		if held.Window.End.Equal(g.WindowEnd) {
+			parked += held.Balance
+		}
+		g.Decision.Remaining = min(g.Decision.Remaining+parked, rule.Capacity())
 	}
 	r.state.retry(r)
 	return g, nil
 }
 
 // heldGrant is the Grant of units taken from the escrow: they live as long
-// as the escrow's balance, and the coordinator's window names them.
-func heldGrant(rule gale.Rule, h Held) gale.Grant {
+// as the escrow's balance, and the coordinator's window names them. Its
+// Remaining is the escrow's balance after the take and coordLeft, what the
+// coordinator had left of that window at this process's last answer of it.
+func heldGrant(rule gale.Rule, h Held, coordLeft int64) gale.Grant {
 	return gale.Grant{
 		Granted:   h.Granted,
 		WindowEnd: h.Window.End,
@@ -332,7 +348,7 @@ func heldGrant(rule gale.Rule, h Held) gale.Grant {
 		Decision: gale.Decision{
 			Allowed:   true,
 			Limit:     rule.Limit,
-			Remaining: min(h.Balance, rule.Capacity()),
+			Remaining: min(h.Balance+coordLeft, rule.Capacity()),
 			ResetAt:   h.Window.End,
 			WindowEnd: h.Window.End,
 		},
@@ -345,12 +361,12 @@ func heldGrant(rule gale.Rule, h Held) gale.Grant {
 // have landed all the same (its reply lost, or late past the deadline):
 // its units are not given back, or the window could admit them twice,
 // from the escrow and regranted. They are lost to the window instead —
-// under-admission, never over.
-func (r *Region) refill(ctx context.Context, key string, rule gale.Rule, n int64, w Window, now time.Time) {
+// under-admission, never over. It returns the units parked.
+func (r *Region) refill(ctx context.Context, key string, rule gale.Rule, n int64, w Window, now time.Time) int64 {
 	added, err := r.cfg.Escrow.Refill(ctx, key, n, w, now)
 	if err != nil {
 		r.stats.refillUnknown.Add(n)
-		return
+		return 0
 	}
 	r.stats.refilled.Add(added)
 	if added < n {
@@ -359,6 +375,7 @@ func (r *Region) refill(ctx context.Context, key string, rule gale.Rule, n int64
 		// reply), and the give-back would cost the lease a round trip.
 		r.state.queue(pendingReconcile{key, rule, r.newReconcile(n-added, w.End, now)})
 	}
+	return added
 }
 
 // release captures a dead escrow balance, once, and queues its reconcile:

@@ -17,6 +17,10 @@ const (
 	// remembered (RegionalHeld): past it, what a process gives back of
 	// a window whose record could not be kept is dropped, not reconciled.
 	maxRegionalKeys = 1 << 16
+	// maxSeenKeys bounds the keys whose coordinator Remaining is
+	// remembered: past it, an escrow take reports the escrow's balance
+	// alone, which under-states what is left, never over.
+	maxSeenKeys = 1 << 16
 	// regionalSkew is how long after its window's end (on the callers'
 	// clock) a RegionalHeld is kept when room is needed: a give-back of a
 	// window that ended longer ago than that is expired at the coordinator
@@ -45,6 +49,17 @@ type RuleState struct {
 	// give-backs of windows up to it without a record are dropped.
 	regional map[string]*RegionalHeld
 	overflow time.Time
+
+	// seen is each key's coordinator Remaining at this process's last
+	// coordinator answer, and the window it is of (coordinatorLeft).
+	seen map[string]seenRemaining
+}
+
+// seenRemaining is what the coordinator reported left of the window ending
+// at WindowEnd (its clock), after its last grant to this process.
+type seenRemaining struct {
+	WindowEnd time.Time
+	Remaining int64
 }
 
 type pendingReconcile struct {
@@ -59,7 +74,7 @@ func NewRuleState(counters *Counters) *RuleState {
 	if counters == nil {
 		counters = &Counters{}
 	}
-	return &RuleState{counters: counters, regional: make(map[string]*RegionalHeld)}
+	return &RuleState{counters: counters, regional: make(map[string]*RegionalHeld), seen: make(map[string]seenRemaining)}
 }
 
 // Close stops retrying, waits for a retry under way to end, and drops the
@@ -174,4 +189,36 @@ func (s *RuleState) splitReturn(m *RegionMachine, key string, credits int64, win
 		delete(s.regional, key)
 	}
 	return regional, rest, true
+}
+
+// sawRemaining records that the coordinator, answering a lease of key at
+// now, had remaining units left of the window ending at windowEnd.
+func (s *RuleState) sawRemaining(key string, windowEnd time.Time, remaining int64, now time.Time) {
+	if windowEnd.IsZero() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[key]; !ok && len(s.seen) >= maxSeenKeys {
+		for k, old := range s.seen {
+			if old.WindowEnd.Add(regionalSkew).Before(now) {
+				delete(s.seen, k)
+			}
+		}
+		if len(s.seen) >= maxSeenKeys {
+			return
+		}
+	}
+	s.seen[key] = seenRemaining{WindowEnd: windowEnd, Remaining: max(remaining, 0)}
+}
+
+// coordinatorLeft is what the coordinator had left of key's window ending
+// at windowEnd at this process's last answer of it, 0 when none is known.
+func (s *RuleState) coordinatorLeft(key string, windowEnd time.Time) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.seen[key]; ok && v.WindowEnd.Equal(windowEnd) {
+		return v.Remaining
+	}
+	return 0
 }
