@@ -149,7 +149,7 @@ func gathered(t *testing.T, reg prometheus.Gatherer, name string, want map[strin
 					continue series
 				}
 			}
-			n += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+			n += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return n

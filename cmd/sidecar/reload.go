@@ -46,8 +46,7 @@ func (r *reloader) apply(ctx context.Context, set *policy.Set) error {
 		// Unchanged: keep every limiter and gate as it is. After a
 		// failure this is the good set restored: say so, and count it.
 		if r.failing.Swap(false) {
-			r.metrics.reloads.WithLabelValues("success").Inc()
-			r.metrics.reloadFailing.Set(0)
+			r.metrics.PolicyRestored()
 			r.log.Info("policy restored: the source holds the policy in use again", "hash", set.Hash)
 		}
 		return nil
@@ -72,8 +71,7 @@ func (r *reloader) apply(ctx context.Context, set *policy.Set) error {
 // reject counts and logs a set that was not swapped in (source.Dir's and
 // source.XDS's OnReject).
 func (r *reloader) reject(err error) {
-	r.metrics.reloads.WithLabelValues("failure").Inc()
-	r.metrics.reloadFailing.Set(1)
+	r.metrics.PolicyFailed()
 	r.failing.Store(true)
 	kept := ": keeping the previous policy"
 	if r.engine.Policy().Hash == "" {

@@ -12,8 +12,6 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -38,22 +36,10 @@ func logRecords(t *testing.T, log, msg string) []map[string]any {
 	return out
 }
 
-// counterValue reads a counter.
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		return -1
-	}
-	return m.GetCounter().GetValue()
-}
-
-// gaugeValue reads a gauge.
-func gaugeValue(g prometheus.Gauge) float64 {
-	var m dto.Metric
-	if err := g.Write(&m); err != nil {
-		return -1
-	}
-	return m.GetGauge().GetValue()
+// reloads is throttlekit_policy_reloads_total of result.
+func reloads(t *testing.T, m *metrics, result string) float64 {
+	t.Helper()
+	return gathered(t, m.reg, "throttlekit_policy_reloads_total", map[string]string{"result": result})
 }
 
 // TestReloadKeepsThePolicyWhenTheOnlyFileGoes: deleting the only policy
@@ -93,8 +79,8 @@ func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
 	}) {
 		t.Fatal("the watcher saw no change in 10s")
 	}
-	success := func() float64 { return counterValue(m.reloads.WithLabelValues("success")) }
-	failure := func() float64 { return counterValue(m.reloads.WithLabelValues("failure")) }
+	success := func() float64 { return reloads(t, m, "success") }
+	failure := func() float64 { return reloads(t, m, "failure") }
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
@@ -149,21 +135,21 @@ func TestRestoringTheFileEndsTheFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	go r.watch(ctx) //nolint:errcheck // ends with ctx
-	failing := func() float64 { return gaugeValue(m.reloadFailing) }
+	failing := func() float64 { return gathered(t, m.reg, "throttlekit_policy_reload_failing", nil) }
 	if !testenv.Eventually(func() bool {
 		_ = os.WriteFile(file, []byte("domain: a\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n"), 0o644)
 		return failing() == 1
 	}) {
 		t.Fatalf("a bad edit did not set throttlekit_policy_reload_failing:\n%s", logs.String())
 	}
-	success := counterValue(m.reloads.WithLabelValues("success"))
+	success := reloads(t, m, "success")
 	if !testenv.Eventually(func() bool {
 		_ = os.WriteFile(file, []byte(reloadPolicy), 0o644)
 		return failing() == 0
 	}) {
 		t.Fatalf("restoring the good file left throttlekit_policy_reload_failing at 1:\n%s", logs.String())
 	}
-	if got := counterValue(m.reloads.WithLabelValues("success")); got != success+1 {
+	if got := reloads(t, m, "success"); got != success+1 {
 		t.Errorf("successes %v after the restore, want %v", got, success+1)
 	}
 	if len(logRecords(t, logs.String(), "policy restored: the source holds the policy in use again")) != 1 {

@@ -29,7 +29,7 @@ func newXDSSource(c *serveConfig, m *metrics, log *slog.Logger) (*source.XDS, er
 	opts := source.XDSOptions{Target: x.url, NodeID: x.nodeID, NodeMetadata: meta, Headers: headers,
 		RetryInterval: x.retry, MaxRetryInterval: x.maxRetry, OverlayDir: x.overlay, Logger: log,
 		// The source logs each refusal in full; serve counts it.
-		OnReject: func(error) { m.reloads.WithLabelValues("failure").Inc() }}
+		OnReject: func(error) { m.PolicyRejected() }}
 	if opts.NodeID == "" {
 		opts.NodeID = c.nodeID
 	}

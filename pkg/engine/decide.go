@@ -63,7 +63,7 @@ func (s *scratch) put() {
 
 // Decide answers req at now (stamped once by the caller). It returns an
 // error wrapping ErrInvalidRequest for a malformed request, and the store's
-// error (wrapping gale.ErrStore) when a limit whose policy is "error" cannot
+// error (wrapping gale.ErrStore and ratelimit.ErrStore) when a limit whose policy is "error" cannot
 // reach the store; then nothing the request took is kept.
 func (e *Engine) Decide(ctx context.Context, req *Request, now time.Time) (*Response, error) {
 	resp := &Response{}
@@ -200,7 +200,7 @@ func traceHits(t *Trace, req *Request, hits []hit) {
 func (e *Engine) match(s *scratch, root *node, req *Request) error {
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
-		cost, charge := req.cost(d)
+		cost, charge := requestCost(req, d)
 		keys, values := s.keys[:0], s.values[:0]
 		if o := d.Override; o != nil {
 			r, err := e.acquireOverride(*o)

@@ -188,19 +188,3 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.overrides.close()
 	return errors.Join(errs...)
 }
-
-// RuleRef names a rule in metrics: its domain and its limit's name (or, when
-// unnamed, its descriptor path as envoyproxy/ratelimit writes it, e.g.
-// "remote_address" or "path_/api/*.user").
-type RuleRef struct {
-	Domain string
-	Name   string
-}
-
-// LimitInfo is the limit a status reports (RateLimitResponse.RateLimit).
-type LimitInfo struct {
-	Name            string
-	Unit            policy.Unit
-	RequestsPerUnit uint32
-	UnitMultiplier  uint32
-}

@@ -13,6 +13,7 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/policy"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 )
 
 const fairOnly = `
@@ -183,8 +184,14 @@ func TestOverrideStoreFailure(t *testing.T) {
 	e := newEngine(t, downStore{}, map[string]string{"edge.yaml": edge})
 	r := req("edge", "custom=1")
 	r.Descriptors[0].Override = &engine.Override{RequestsPerUnit: 3, Unit: policy.Minute}
-	if _, err := e.Decide(bg, r, t0); !errors.Is(err, gale.ErrStore) {
+	_, err := e.Decide(bg, r, t0)
+	if !errors.Is(err, gale.ErrStore) {
 		t.Fatalf("err = %v, want ErrStore", err)
+	}
+	// The adapters, which know no gale, see it as ratelimit.ErrStore; it
+	// reads as the store's error did.
+	if !errors.Is(err, ratelimit.ErrStore) || !strings.HasPrefix(err.Error(), "gale: store failed: ") {
+		t.Fatalf("err = %v, want it to wrap ratelimit.ErrStore and read as gale's", err)
 	}
 	// A blocked override never reaches the store.
 	r.Descriptors[0].Override.RequestsPerUnit = 0

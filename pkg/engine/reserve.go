@@ -51,17 +51,6 @@ type heldUnits struct {
 	d   gale.Decision
 }
 
-// Settlement is what Settle did, in units.
-type Settlement struct {
-	// Refunded is what went back (reserved − actual), 0 when the real cost
-	// was at least the reservation.
-	Refunded int64
-	// Extra is what was charged beyond the reservation (actual − reserved).
-	Extra int64
-	// Over is true when the extra charge took a limit past its limit.
-	Over bool
-}
-
 // costCounters are one rule's reservations and settlements, in units.
 type costCounters struct {
 	reserved, refunded, extra, overrun atomic.Int64
@@ -233,7 +222,7 @@ func (e *Engine) run(ctx context.Context, req *Request, now time.Time, resp *Res
 	}
 	s.hits = applyReplaces(s.hits)
 	if err := e.decide(ctx, s, req, now, resp); err != nil {
-		return err
+		return asStoreFailure(err)
 	}
 	if use != nil {
 		keep = use(c, s.hits)

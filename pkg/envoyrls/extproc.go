@@ -15,12 +15,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
-	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 )
 
 // GateChooser picks a request's concurrency gate; *engine.Engine is one.
 type GateChooser interface {
-	ChooseGate(authority, path string, header func(name string) (string, bool)) (engine.GateChoice, bool)
+	ChooseGate(authority, path string, header func(name string) (string, bool)) (ratelimit.GateChoice, bool)
 }
 
 // Headers a rejection carries besides retry-after.
@@ -50,7 +50,7 @@ type ProcessorServer struct {
 	observe func(gate string, rtt time.Duration, o adaptive.Outcome)
 	tracer  trace.Tracer
 	costs   CostReserver // nil: no cost limits
-	settled func(costLimit string, st engine.Settlement)
+	settled func(costLimit string, st ratelimit.Settlement)
 	log     *slog.Logger
 }
 
@@ -69,7 +69,7 @@ type ProcessorOptions struct {
 	Costs CostReserver
 	// Settled, when set, is told every settlement: the cost limit's name
 	// and what it did.
-	Settled func(costLimit string, st engine.Settlement)
+	Settled func(costLimit string, st ratelimit.Settlement)
 	// Logger receives settlements that failed (nil: discard).
 	Logger *slog.Logger
 }
@@ -87,7 +87,7 @@ func NewProcessorServer(g GateChooser, opts ProcessorOptions) *ProcessorServer {
 }
 
 // release frees the slot and reports the request.
-func (s *ProcessorServer) release(l engine.Held, gate string, start time.Time, o adaptive.Outcome, span gateSpan) {
+func (s *ProcessorServer) release(l ratelimit.Held, gate string, start time.Time, o adaptive.Outcome, span gateSpan) {
 	now := s.now()
 	l.Release(now, o)
 	if s.observe != nil {
@@ -105,7 +105,7 @@ func (s *ProcessorServer) release(l engine.Held, gate string, start time.Time, o
 // headers (EOF, cancel, reset) releases as dropped; one that ends before
 // its cost was read settles at the reservation.
 func (s *ProcessorServer) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	var lease engine.Held
+	var lease ratelimit.Held
 	var gate string
 	var start time.Time
 	var span gateSpan
@@ -223,7 +223,7 @@ func continueRequest() *extprocv3.ProcessingResponse {
 // and the gate's name and limit. It reads only the limit (Gate.Limit, not
 // Snapshot; a distributed gate's ceiling): rejections come when the backend
 // is overloaded, and must cost no more than admissions.
-func reject(c engine.GateChoice, now time.Time) *extprocv3.ProcessingResponse {
+func reject(c ratelimit.GateChoice, now time.Time) *extprocv3.ProcessingResponse {
 	set := func(k, v string) *corev3.HeaderValueOption {
 		return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
 	}

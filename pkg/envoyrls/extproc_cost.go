@@ -14,13 +14,16 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 )
 
 // CostReserver reserves a request's cost limit; *engine.Engine is one.
+// ReserveCost returns a nil Reservation, with the Response saying why,
+// when the reservation does not fit. Implementations are safe for
+// concurrent use.
 type CostReserver interface {
-	ChooseCost(authority, path string, header func(name string) (string, bool)) (engine.CostChoice, bool)
-	Reserve(ctx context.Context, req *engine.Request, now time.Time) (*engine.Reservation, *engine.Response, error)
+	ChooseCost(authority, path string, header func(name string) (string, bool)) (ratelimit.CostChoice, bool)
+	ReserveCost(ctx context.Context, req *ratelimit.Request, now time.Time) (ratelimit.Reservation, *ratelimit.Response, error)
 }
 
 // HeaderCostLimit names the cost limit that refused a request (429).
@@ -30,8 +33,8 @@ const HeaderCostLimit = "x-throttlekit-cost-limit"
 // settlement, and the real cost read so far.
 type costHold struct {
 	name   string
-	source engine.CostSource
-	res    *engine.Reservation
+	source ratelimit.CostSource
+	res    ratelimit.Reservation
 	cost   int64 // the latest cost the source gave; valid when seen
 	seen   bool
 }
@@ -50,9 +53,9 @@ func (s *ProcessorServer) reserveCost(ctx context.Context, h headerMap, now time
 	if !ok {
 		return nil, nil, nil
 	}
-	res, resp, err := s.costs.Reserve(ctx, &choice.Request, now)
+	res, resp, err := s.costs.ReserveCost(ctx, &choice.Request, now)
 	switch {
-	case errors.Is(err, engine.ErrInvalidRequest):
+	case errors.Is(err, ratelimit.ErrInvalidRequest):
 		return nil, immediate(400, "cost limit "+choice.Name+": "+err.Error()+"\n", "throttlekit_cost_invalid", nil), nil
 	case err != nil && ctx.Err() != nil: // Envoy went away meanwhile
 		return nil, nil, status.FromContextError(ctx.Err()).Err()
@@ -66,7 +69,7 @@ func (s *ProcessorServer) reserveCost(ctx context.Context, h headerMap, now time
 
 // rejectCost answers a request whose reservation does not fit: 429, with
 // retry-after (whole seconds, rounded up) when the units would fit.
-func rejectCost(name string, resp *engine.Response) *extprocv3.ProcessingResponse {
+func rejectCost(name string, resp *ratelimit.Response) *extprocv3.ProcessingResponse {
 	var wait time.Duration
 	if i := resp.HeaderStatus; i >= 0 && i < len(resp.Statuses) {
 		wait = resp.Statuses[i].UntilReset
@@ -97,14 +100,14 @@ func headerOption(k, v string) *corev3.HeaderValueOption {
 // trailer source that has been read, present or not). A value that is not
 // a whole number of units (garbage, negative, too large) is not taken.
 func (c *costHold) observe(req *extprocv3.ProcessingRequest) (final bool) {
-	if c.source.Kind == engine.CostFromMetadata {
+	if c.source.Kind == ratelimit.CostFromMetadata {
 		if v, ok := metadataCost(req.GetMetadataContext(), c.source.Namespace, c.source.Key); ok {
 			c.cost, c.seen = v, true
 		}
 	}
 	switch m := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		if c.source.Kind == engine.CostFromResponseHeader {
+		if c.source.Kind == ratelimit.CostFromResponseHeader {
 			c.read(headersOf(m.ResponseHeaders.GetHeaders()))
 			return true
 		}
@@ -112,7 +115,7 @@ func (c *costHold) observe(req *extprocv3.ProcessingRequest) (final bool) {
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return m.ResponseBody.GetEndOfStream()
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		if c.source.Kind == engine.CostFromResponseTrailer {
+		if c.source.Kind == ratelimit.CostFromResponseTrailer {
 			c.read(headersOf(m.ResponseTrailers.GetTrailers()))
 		}
 		return true
@@ -123,7 +126,7 @@ func (c *costHold) observe(req *extprocv3.ProcessingRequest) (final bool) {
 // read takes the cost from a response header or trailer list.
 func (c *costHold) read(h headerMap) {
 	if v, ok := h.lookup(c.source.Name); ok {
-		if n, err := engine.ParseCost(v); err == nil {
+		if n, err := ratelimit.ParseCost(v); err == nil {
 			c.cost, c.seen = n, true
 		}
 	}
@@ -138,9 +141,9 @@ func metadataCost(md *corev3.Metadata, ns, key string) (int64, bool) {
 	var err error
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_NumberValue:
-		n, err = engine.CostFromNumber(k.NumberValue)
+		n, err = ratelimit.CostFromNumber(k.NumberValue)
 	case *structpb.Value_StringValue:
-		n, err = engine.ParseCost(k.StringValue)
+		n, err = ratelimit.ParseCost(k.StringValue)
 	default:
 		return 0, false
 	}

@@ -1,7 +1,10 @@
 // Package envoyrls adapts Envoy's gRPC protocols to the engine: the
 // RateLimitService v3 (ShouldRateLimit, and the same request as JSON over
 // HTTP). It translates protobuf to the engine's request, and the engine's
-// response back to protobuf; it decides nothing itself.
+// response back to protobuf; it decides nothing itself. It speaks to the
+// engine through the interfaces it defines here (Decider, GateChooser,
+// CostReserver) and package ratelimit's types, and imports neither the
+// engine, the policy nor the limiters.
 package envoyrls
 
 import (
@@ -22,20 +25,18 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/throttlekit/throttlekit/pkg/engine"
-	"github.com/throttlekit/throttlekit/pkg/gale"
-	"github.com/throttlekit/throttlekit/pkg/policy"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 )
 
 // Decider answers rate-limit requests into a Response the caller owns (and
 // reuses); *engine.Engine is one.
 type Decider interface {
-	DecideInto(ctx context.Context, req *engine.Request, now time.Time, resp *engine.Response) error
+	DecideInto(ctx context.Context, req *ratelimit.Request, now time.Time, resp *ratelimit.Response) error
 }
 
 // responses are the engine Responses of requests in progress: each is
 // turned into protobuf, then reused.
-var responses = sync.Pool{New: func() any { return new(engine.Response) }}
+var responses = sync.Pool{New: func() any { return new(ratelimit.Response) }}
 
 // Header names of the rate-limit response headers (envoyproxy/ratelimit's).
 const (
@@ -88,14 +89,14 @@ func (s *RateLimitServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLi
 }
 
 // decide answers req; tr, when not nil, is filled with what the engine did.
-func (s *RateLimitServer) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr *engine.Trace) (*rlsv3.RateLimitResponse, error) {
+func (s *RateLimitServer) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr *ratelimit.Trace) (*rlsv3.RateLimitResponse, error) {
 	now := s.now()
 	ereq, err := Translate(req)
 	if err != nil {
 		return nil, GRPCError(err)
 	}
 	ereq.Trace = tr
-	resp := responses.Get().(*engine.Response)
+	resp := responses.Get().(*ratelimit.Response)
 	defer responses.Put(resp)
 	if err := s.decider.DecideInto(ctx, ereq, now, resp); err != nil {
 		return nil, GRPCError(err)
@@ -112,9 +113,9 @@ func GRPCError(err error) error {
 	// checked first, so it reaches Envoy as UNAVAILABLE (failure_mode_deny
 	// decides), not as the caller's own deadline.
 	switch {
-	case errors.Is(err, engine.ErrInvalidRequest):
+	case errors.Is(err, ratelimit.ErrInvalidRequest):
 		code = codes.InvalidArgument
-	case errors.Is(err, gale.ErrStore):
+	case errors.Is(err, ratelimit.ErrStore):
 		code = codes.Unavailable
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
@@ -144,18 +145,18 @@ func oneLine(msg string) string {
 	return b.String()
 }
 
-var unitFromProto = map[rlsv3.RateLimitResponse_RateLimit_Unit]policy.Unit{
-	rlsv3.RateLimitResponse_RateLimit_SECOND: policy.Second,
-	rlsv3.RateLimitResponse_RateLimit_MINUTE: policy.Minute,
-	rlsv3.RateLimitResponse_RateLimit_HOUR:   policy.Hour,
-	rlsv3.RateLimitResponse_RateLimit_DAY:    policy.Day,
-	rlsv3.RateLimitResponse_RateLimit_WEEK:   policy.Week,
-	rlsv3.RateLimitResponse_RateLimit_MONTH:  policy.Month,
-	rlsv3.RateLimitResponse_RateLimit_YEAR:   policy.Year,
+var unitFromProto = map[rlsv3.RateLimitResponse_RateLimit_Unit]ratelimit.Unit{
+	rlsv3.RateLimitResponse_RateLimit_SECOND: ratelimit.Second,
+	rlsv3.RateLimitResponse_RateLimit_MINUTE: ratelimit.Minute,
+	rlsv3.RateLimitResponse_RateLimit_HOUR:   ratelimit.Hour,
+	rlsv3.RateLimitResponse_RateLimit_DAY:    ratelimit.Day,
+	rlsv3.RateLimitResponse_RateLimit_WEEK:   ratelimit.Week,
+	rlsv3.RateLimitResponse_RateLimit_MONTH:  ratelimit.Month,
+	rlsv3.RateLimitResponse_RateLimit_YEAR:   ratelimit.Year,
 }
 
-var unitToProto = func() map[policy.Unit]rlsv3.RateLimitResponse_RateLimit_Unit {
-	m := map[policy.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{}
+var unitToProto = func() map[ratelimit.Unit]rlsv3.RateLimitResponse_RateLimit_Unit {
+	m := map[ratelimit.Unit]rlsv3.RateLimitResponse_RateLimit_Unit{}
 	for p, u := range unitFromProto {
 		m[u] = p
 	}
@@ -165,25 +166,25 @@ var unitToProto = func() map[policy.Unit]rlsv3.RateLimitResponse_RateLimit_Unit 
 // Translate turns a RateLimitRequest into the engine's Request. Bounds are
 // the engine's to check (Decide reports them as ErrInvalidRequest); this
 // only refuses what has no meaning at all, like a nil descriptor.
-func Translate(req *rlsv3.RateLimitRequest) (*engine.Request, error) {
+func Translate(req *rlsv3.RateLimitRequest) (*ratelimit.Request, error) {
 	if req == nil {
-		return nil, fmt.Errorf("%w: nil request", engine.ErrInvalidRequest)
+		return nil, fmt.Errorf("%w: nil request", ratelimit.ErrInvalidRequest)
 	}
-	out := &engine.Request{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
-	if n := len(req.GetDescriptors()); n > engine.MaxDescriptors {
+	out := &ratelimit.Request{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
+	if n := len(req.GetDescriptors()); n > ratelimit.MaxDescriptors {
 		// Leave the count to the engine's check, but do not copy thousands.
-		out.Descriptors = make([]engine.Descriptor, n)
+		out.Descriptors = make([]ratelimit.Descriptor, n)
 		return out, nil
 	}
-	out.Descriptors = make([]engine.Descriptor, len(req.GetDescriptors()))
+	out.Descriptors = make([]ratelimit.Descriptor, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		if d == nil {
-			return nil, fmt.Errorf("%w: descriptor %d is null", engine.ErrInvalidRequest, i)
+			return nil, fmt.Errorf("%w: descriptor %d is null", ratelimit.ErrInvalidRequest, i)
 		}
 		ed := &out.Descriptors[i]
-		ed.Entries = make([]engine.Entry, len(d.GetEntries()))
+		ed.Entries = make([]ratelimit.Entry, len(d.GetEntries()))
 		for j, en := range d.GetEntries() {
-			ed.Entries[j] = engine.Entry{Key: en.GetKey(), Value: en.GetValue()}
+			ed.Entries[j] = ratelimit.Entry{Key: en.GetKey(), Value: en.GetValue()}
 		}
 		if h := d.GetHitsAddend(); h != nil {
 			v := h.GetValue()
@@ -191,7 +192,7 @@ func Translate(req *rlsv3.RateLimitRequest) (*engine.Request, error) {
 		}
 		if l := d.GetLimit(); l != nil {
 			// envoy.type.v3.RateLimitUnit numbers SECOND..YEAR as the response enum does.
-			ed.Override = &engine.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: unitFromProto[rlsv3.RateLimitResponse_RateLimit_Unit(l.GetUnit())]}
+			ed.Override = &ratelimit.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: unitFromProto[rlsv3.RateLimitResponse_RateLimit_Unit(l.GetUnit())]}
 		}
 		ed.Negative = d.GetIsNegativeHits()
 	}
@@ -200,7 +201,7 @@ func Translate(req *rlsv3.RateLimitRequest) (*engine.Request, error) {
 
 // Response turns the engine's Response into a RateLimitResponse, with the
 // RateLimit-* headers when headers is set.
-func Response(r *engine.Response, headers bool) *rlsv3.RateLimitResponse {
+func Response(r *ratelimit.Response, headers bool) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_Code(r.Code),
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(r.Statuses)),

@@ -25,6 +25,7 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/policy"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 )
 
 const testPolicy = `
@@ -215,7 +216,7 @@ func TestStoreTimeoutIsUnavailable(t *testing.T) {
 		err  error
 		want codes.Code
 	}{
-		{fmt.Errorf("%w: %w", gale.ErrStore, context.DeadlineExceeded), codes.Unavailable},
+		{fmt.Errorf("%w: %w", ratelimit.ErrStore, context.DeadlineExceeded), codes.Unavailable},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
 		{fmt.Errorf("%w: bad", engine.ErrInvalidRequest), codes.InvalidArgument},

@@ -18,8 +18,8 @@ import (
 
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/envoyrls"
-	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/policy"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 )
 
 // fairDomain adds a fair rule, whose store errors take their own path
@@ -120,7 +120,7 @@ func TestStatusMessagesAreOneLine(t *testing.T) {
 
 	// Whatever error GRPCError is given.
 	for _, err := range []error{
-		errors.Join(gale.ErrStore, errors.New("dial tcp: i/o timeout")),
+		errors.Join(ratelimit.ErrStore, errors.New("dial tcp: i/o timeout")),
 		errors.Join(engine.ErrInvalidRequest, errors.Join(errors.New("first\r\nsecond"), errors.New("third\n"))),
 		fmt.Errorf("%w: %w", context.DeadlineExceeded, errors.Join(errors.New("a"), errors.New("b"))),
 	} {

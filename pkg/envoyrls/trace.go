@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttlekit/pkg/adaptive"
-	"github.com/throttlekit/throttlekit/pkg/engine"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 )
 
 // Span attributes. Names follow OpenTelemetry's conventions: lower case,
@@ -91,7 +91,7 @@ func (s *RateLimitServer) shouldRateLimitTraced(ctx context.Context, req *rlsv3.
 		return s.decide(ctx, req, nil)
 	}
 	span.SetAttributes(attribute.String(AttrDomain, req.GetDomain()), attribute.Int(AttrDescriptors, len(req.GetDescriptors())))
-	var tr engine.Trace
+	var tr ratelimit.Trace
 	resp, err := s.decide(ctx, req, &tr)
 	if err != nil {
 		st, _ := status.FromError(err)

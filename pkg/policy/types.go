@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 )
 
 // Set is every domain of one policy directory, validated. It is immutable
@@ -125,47 +127,27 @@ func (l *Limit) Period() time.Duration {
 	return time.Duration(m) * l.Unit.Duration()
 }
 
-// Unit is a rate-limit unit, as envoyproxy/ratelimit names them.
-type Unit string
+// Unit is a rate-limit unit, as envoyproxy/ratelimit names them
+// (ratelimit.Unit, which the engine's requests and answers carry too).
+type Unit = ratelimit.Unit
 
 // The units. Their lengths are envoyproxy/ratelimit's: windows of that many
 // seconds aligned on Unix time.
 const (
-	Second Unit = "second"
-	Minute Unit = "minute"
-	Hour   Unit = "hour"
-	Day    Unit = "day"
-	Week   Unit = "week"  // 7 days
-	Month  Unit = "month" // 30 days
-	Year   Unit = "year"  // 365 days
+	Second = ratelimit.Second
+	Minute = ratelimit.Minute
+	Hour   = ratelimit.Hour
+	Day    = ratelimit.Day
+	Week   = ratelimit.Week  // 7 days
+	Month  = ratelimit.Month // 30 days
+	Year   = ratelimit.Year  // 365 days
 )
 
 // Units lists the valid units in increasing length.
 var Units = []Unit{Second, Minute, Hour, Day, Week, Month, Year}
 
-// Duration is the unit's length; 0 for an unknown unit.
-func (u Unit) Duration() time.Duration {
-	switch u {
-	case Second:
-		return time.Second
-	case Minute:
-		return time.Minute
-	case Hour:
-		return time.Hour
-	case Day:
-		return 24 * time.Hour
-	case Week:
-		return 7 * 24 * time.Hour
-	case Month:
-		return 30 * 24 * time.Hour
-	case Year:
-		return 365 * 24 * time.Hour
-	}
-	return 0
-}
-
-// Algorithm names a strategy (gale's names).
-type Algorithm string
+// Algorithm names a strategy (gale's names; ratelimit.Algorithm).
+type Algorithm = ratelimit.Algorithm
 
 // The algorithms a limit may use.
 const (
@@ -179,8 +161,8 @@ const (
 	Quota Algorithm = "quota"
 )
 
-// Mode is how a descriptor's limits are enforced.
-type Mode string
+// Mode is how a descriptor's limits are enforced (ratelimit.Mode).
+type Mode = ratelimit.Mode
 
 // The modes (gale's names).
 const (

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,17 +17,26 @@ var (
 	descCostOverrun  = prometheus.NewDesc("throttlekit_cost_overrun_units_total", "Extra units of settlements the rule answered over the limit: charges that took a window past its limit (at least as much as the window went past it).", []string{"domain", "rule"}, nil)
 )
 
-// costCollector reads the engine's cost counters.
-type costCollector struct{ e *engine.Engine }
+// CostCollector is the cost limits' series, read from Costs at each
+// scrape (engine.Engine.CostSnapshot; nil Costs: no series). Safe for
+// concurrent scrapes when Costs is.
+type CostCollector struct {
+	Costs func() []engine.CostStats
+}
 
-func (costCollector) Describe(ch chan<- *prometheus.Desc) {
+// Describe sends the descriptors of every series c collects.
+func (CostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCostReserved, descCostRefunded, descCostExtra, descCostOverrun} {
 		ch <- d
 	}
 }
 
-func (c costCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.e.CostSnapshot() {
+// Collect sends each counted rule's cost series, read now.
+func (c CostCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.Costs == nil {
+		return
+	}
+	for _, s := range c.Costs() {
 		for _, v := range []struct {
 			d *prometheus.Desc
 			n int64
