@@ -266,14 +266,14 @@ func TestRouteSendsDescriptors(t *testing.T) {
 		}
 		got = append(got, strings.Join(keys, ","))
 	}
-	want := []string{"remote_address", "client_id", "path", "generic_key"}
+	want := []string{"remote_address", "path", "header_match"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("descriptors: got %q, want %q", got, want)
 	}
 	for _, rl := range route.GetRateLimits() {
 		for _, a := range rl.GetActions() {
 			if h := a.GetRequestHeaders(); h != nil {
-				wantHeader := map[string]string{"client_id": "x-client-id", "path": ":path"}[h.GetDescriptorKey()]
+				wantHeader := map[string]string{"path": ":path"}[h.GetDescriptorKey()]
 				if h.GetHeaderName() != wantHeader {
 					t.Errorf("%s: header %q, want %q", h.GetDescriptorKey(), h.GetHeaderName(), wantHeader)
 				}

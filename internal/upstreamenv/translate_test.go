@@ -298,16 +298,20 @@ func TestLogSaysWhatWasTakenAndIgnored(t *testing.T) {
 	}
 }
 
-// TestReadmeUpstreamTable: README.md carries the table markdown writes,
-// as it is.
+// upstreamTableDoc is the page that carries the table of upstream's
+// variables (the README's front page links to it).
+const upstreamTableDoc = "../../docs/replacing-envoyproxy-ratelimit.md"
+
+// TestReadmeUpstreamTable: docs/replacing-envoyproxy-ratelimit.md carries
+// the table markdown writes, as it is.
 func TestReadmeUpstreamTable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile(upstreamTableDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := markdown()
 	if !bytes.Contains(readme, []byte(want)) {
-		t.Fatalf("README.md lacks the table of envoyproxy/ratelimit's variables as internal/upstreamenv writes it; paste this:\n\n%s", want)
+		t.Fatalf("%s lacks the table of envoyproxy/ratelimit's variables as internal/upstreamenv writes it; paste this:\n\n%s", upstreamTableDoc, want)
 	}
 }
 
