@@ -221,10 +221,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	mux := newHTTPMux(eng, rls, m, probe.ready, c.storeTimeout, jsonClient)
 	healthcheck := newUpstreamHealth(c, func() bool { return eng.Policy().Hash != "" }, probe.ready)
 	mux.Handle("GET /healthcheck", healthcheck) // envoyproxy/ratelimit's (upstream_health.go)
-	// Every phase of a request is bounded: a slow body or a client that
-	// stops reading cannot hold a connection (and a goroutine) for long.
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	httpSrv := newHTTPServer(mux)
 
 	errc := make(chan error, 4)
 	go func() { errc <- gs.Serve(grpcLis) }()
@@ -298,3 +295,12 @@ func engineOptions(c *serveConfig, store gale.Store, fed *federationParts, fleet
 	}
 	return o
 }
+
+// newHTTPServer is the HTTP listener's server. Every phase of a request is
+// bounded: a slow body, or a client that stops reading, cannot hold a
+// connection (and its goroutine) for long.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+}
+

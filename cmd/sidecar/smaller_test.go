@@ -51,3 +51,14 @@ func TestWrongRedisAuthNamesREDIS_AUTH(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s\nwant a refusal naming REDIS_AUTH, not --redis-url, without the password", code, msg)
 	}
 }
+
+// TestHTTPServerBoundsEveryPhase (issue 32, item 3): the HTTP listener set
+// only a header-read timeout, so a slow body or a client that stopped
+// reading held a connection without end.
+func TestHTTPServerBoundsEveryPhase(t *testing.T) {
+	s := newHTTPServer(nil)
+	if s.ReadHeaderTimeout <= 0 || s.ReadTimeout <= 0 || s.WriteTimeout <= 0 || s.IdleTimeout <= 0 || s.MaxHeaderBytes <= 0 {
+		t.Fatalf("an unbounded phase: header %v, read %v, write %v, idle %v, header bytes %d", s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout, s.MaxHeaderBytes)
+	}
+}
+
