@@ -61,4 +61,3 @@ func TestHTTPServerBoundsEveryPhase(t *testing.T) {
 		t.Fatalf("an unbounded phase: header %v, read %v, write %v, idle %v, header bytes %d", s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout, s.MaxHeaderBytes)
 	}
 }
-
