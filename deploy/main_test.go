@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -41,14 +40,7 @@ var (
 // its path. Only the tests that run it pay for the build.
 func throttlekitBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binPath = filepath.Join(buildDir, "throttlekit")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/sidecar")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/sidecar: %v\n%s", err, out)
-		}
-	})
+	buildOnce.Do(func() { binPath, buildErr = testenv.BuildSidecar("..", buildDir, false) })
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}

@@ -7,10 +7,9 @@ package docs
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
 )
 
 // Set by TestMain: the module root the documents are read from, and the
@@ -27,24 +26,20 @@ func TestMain(m *testing.M) {
 }
 
 func buildAndRun(m *testing.M) int {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		fmt.Fprintf(os.Stderr, "docs: go env GOMOD: not inside a module (%q, %v)\n", gomod, err)
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "docs:", err)
 		return 1
 	}
-	moduleRoot = filepath.Dir(gomod)
+	moduleRoot = root
 	dir, err := os.MkdirTemp("", "throttlekit-docs-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "docs: temp dir for the binary:", err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	binPath = filepath.Join(dir, "throttlekit")
-	build := exec.Command("go", "build", "-o", binPath, "./cmd/sidecar")
-	build.Dir = moduleRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "docs: `go build ./cmd/sidecar` in %s failed (%v); the command blocks need the binary:\n%s", moduleRoot, err, out)
+	if binPath, err = testenv.BuildSidecar(root, dir, false); err != nil {
+		fmt.Fprintf(os.Stderr, "docs: %v\nthe command blocks need the binary\n", err)
 		return 1
 	}
 	return m.Run()

@@ -42,12 +42,12 @@ func reloads(t *testing.T, m *metrics, result string) float64 {
 	return gathered(t, m.reg, "throttlekit_policy_reloads_total", map[string]string{"result": result})
 }
 
-// TestReloadKeepsThePolicyWhenTheOnlyFileGoes: deleting the only policy
-// file while serving keeps the policy in use, logs why, and counts a
-// failed reload; the load log counts gates as well as domains.
-func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "a.yaml")
+// loadedReloader is a reloader of a fresh directory holding reloadPolicy
+// in a.yaml, loaded, logging JSON at debug level into logs.
+func loadedReloader(t *testing.T) (dir, file string, eng *engine.Engine, m *metrics, logs *testenv.Buffer, r *reloader) {
+	t.Helper()
+	dir = t.TempDir()
+	file = filepath.Join(dir, "a.yaml")
 	if err := os.WriteFile(file, []byte(reloadPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -55,15 +55,23 @@ func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newMetrics(eng, nil)
-	var logs testenv.Buffer
-	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r := &reloader{dir: dir, engine: eng, metrics: m, log: log, debounce: time.Millisecond, loaded: make(chan string, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := r.load(ctx); err != nil {
+	m = newMetrics(eng, nil)
+	logs = &testenv.Buffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r = &reloader{dir: dir, engine: eng, metrics: m, log: log, debounce: time.Millisecond, loaded: make(chan string, 1)}
+	if err := r.load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return dir, file, eng, m, logs, r
+}
+
+// TestReloadKeepsThePolicyWhenTheOnlyFileGoes: deleting the only policy
+// file while serving keeps the policy in use, logs why, and counts a
+// failed reload; the load log counts gates as well as domains.
+func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
+	dir, file, eng, m, logs, r := loadedReloader(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	hash := eng.Policy().Hash
 	loaded := logRecords(t, logs.String(), "policy loaded")
 	if len(loaded) != 1 || loaded[0]["domains"] != 1.0 || loaded[0]["gates"] != 1.0 {
@@ -116,24 +124,9 @@ func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
 // nothing (the set equals the one in use), and the alert, which read the
 // failures of the last 15 minutes, stayed on.
 func TestRestoringTheFileEndsTheFailure(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "a.yaml")
-	if err := os.WriteFile(file, []byte(reloadPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(engine.Options{Store: memstore.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newMetrics(eng, nil)
-	var logs testenv.Buffer
-	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r := &reloader{dir: dir, engine: eng, metrics: m, log: log, debounce: time.Millisecond, loaded: make(chan string, 1)}
+	_, file, _, m, logs, r := loadedReloader(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := r.load(ctx); err != nil {
-		t.Fatal(err)
-	}
 	go r.watch(ctx) //nolint:errcheck // ends with ctx
 	failing := func() float64 { return gathered(t, m.reg, "throttlekit_policy_reload_failing", nil) }
 	if !testenv.Eventually(func() bool {

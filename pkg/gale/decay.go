@@ -2,6 +2,7 @@ package gale
 
 import (
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -43,16 +44,21 @@ func (m *Machine) decays() bool { return !m.Uncoupled && !m.Rule.Windowed() }
 // live returns how many of k's credits may still be served at now.
 func (m *Machine) live(k *KeyState, now time.Time) int64 {
 	left := k.Until.Sub(now)
-	if left <= 0 {
+	if left <= 0 || m.Rule.Period <= 0 {
 		return 0
 	}
-	// ⌊left·Limit/Period⌋ without overflow: left and Period are below
-	// 2^63 ns, Limit below 2^41; the quotient is at most the capacity.
-	per := m.Rule.Period / time.Duration(m.Rule.Limit) // ns a unit drains in, ≥ 1 µs/2^41
-	if per <= 0 {
+	// ⌊left·Limit/Period⌋, exact: the product (below 2^63·2^41) in 128
+	// bits. Dividing left by a rounded-down per-unit period instead could
+	// count one unit more than has not drained.
+	hi, lo := bits.Mul64(uint64(left), uint64(m.Rule.Limit))
+	if hi >= uint64(m.Rule.Period) {
+		return k.Credits // the quotient is past 2^64: far above any capacity
+	}
+	q, _ := bits.Div64(hi, lo, uint64(m.Rule.Period))
+	if q > uint64(k.Credits) {
 		return k.Credits
 	}
-	return min(k.Credits, int64(left/per))
+	return int64(q)
 }
 
 // decay strands the credits of k that no longer lie ahead of the store's

@@ -1,84 +1,40 @@
 package source_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/throttlekit/throttlekit/internal/certtest"
 	"github.com/throttlekit/throttlekit/internal/xdstest"
 	"github.com/throttlekit/throttlekit/pkg/source"
 )
 
-// testCA issues certificates for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) *testCA {
+// issue is a certificate for name from ca, good for a server (xds.test,
+// 127.0.0.1) and a client alike, PEM-encoded.
+func issue(t *testing.T, ca *certtest.CA, name string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a PEM certificate and key for dnsName, for servers and
-// clients alike.
-func (ca *testCA) issue(t *testing.T, dnsName string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: dnsName},
-		DNSNames: []string{dnsName}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	l := ca.Sign(t, &x509.Certificate{Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
+	return l.CertPEM, l.KeyPEM
 }
 
 // mtlsServer starts a management server that presents a certificate for
 // xds.test and requires a client certificate from ca.
-func mtlsServer(t *testing.T, ca *testCA) *xdstest.Server {
+func mtlsServer(t *testing.T, ca *certtest.CA) *xdstest.Server {
 	t.Helper()
-	certPEM, keyPEM := ca.issue(t, "xds.test")
+	certPEM, keyPEM := issue(t, ca, "xds.test")
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
-	return xdstest.Start(t, xdstest.Options{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool,
+	return xdstest.Start(t, xdstest.Options{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: ca.Pool(),
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}})
 }
 
@@ -86,12 +42,12 @@ func mtlsServer(t *testing.T, ca *testCA) *xdstest.Server {
 // the push arrives; without a client certificate, with a certificate from
 // another CA, or expecting another SAN, no stream ever reaches the server.
 func TestXDSMutualTLS(t *testing.T) {
-	ca := newCA(t, "xds test CA")
+	ca := certtest.NewCA(t, "xds test CA")
 	dir := t.TempDir()
-	files := map[string][]byte{"ca.pem": ca.pem}
-	files["client.pem"], files["client-key.pem"] = ca.issue(t, "throttlekit")
-	other := newCA(t, "another CA")
-	files["other.pem"], files["other-key.pem"] = other.issue(t, "throttlekit")
+	files := map[string][]byte{"ca.pem": ca.PEM}
+	files["client.pem"], files["client-key.pem"] = issue(t, ca, "throttlekit")
+	other := certtest.NewCA(t, "another CA")
+	files["other.pem"], files["other-key.pem"] = issue(t, other, "throttlekit")
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			t.Fatal(err)
@@ -165,7 +121,7 @@ func TestClientTLSErrors(t *testing.T) {
 // connection: one the server refuses, replaced in place by a good one (as
 // a Kubernetes secret rotates), is used at the next attempt.
 func TestXDSClientCertificateRotation(t *testing.T) {
-	ca, other := newCA(t, "xds test CA"), newCA(t, "another CA")
+	ca, other := certtest.NewCA(t, "xds test CA"), certtest.NewCA(t, "another CA")
 	dir := t.TempDir()
 	write := func(cert, key []byte) {
 		for name, data := range map[string][]byte{"client.pem": cert, "client-key.pem": key} {
@@ -174,8 +130,8 @@ func TestXDSClientCertificateRotation(t *testing.T) {
 			}
 		}
 	}
-	write(other.issue(t, "throttlekit"))
-	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), ca.pem, 0o600); err != nil {
+	write(issue(t, other, "throttlekit"))
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	srv := mtlsServer(t, ca)
@@ -186,6 +142,6 @@ func TestXDSClientCertificateRotation(t *testing.T) {
 	}
 	h := startSource(t, source.XDSOptions{Target: srv.Addr, NodeID: "n", TLS: cfg})
 	wait(t, "the first certificate refused", func() bool { return strings.Contains(h.logs.String(), "unknown certificate authority") })
-	write(ca.issue(t, "throttlekit"))
+	write(issue(t, ca, "throttlekit"))
 	wait(t, "v1 ACKed with the rotated certificate", func() bool { return srv.Acked("v1") && h.appliedCount() == 1 })
 }

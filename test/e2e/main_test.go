@@ -3,10 +3,9 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
 )
 
 // Set by TestMain: the throttlekit binary every test starts, and the module
@@ -24,7 +23,7 @@ func TestMain(m *testing.M) {
 }
 
 func buildAndRun(m *testing.M) int {
-	root, err := findModuleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -36,30 +35,9 @@ func buildAndRun(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	binPath = filepath.Join(dir, "throttlekit")
-	args := []string{"build"}
-	if raceBuild {
-		args = append(args, "-race")
-	}
-	args = append(args, "-o", binPath, "./cmd/sidecar")
-	build := exec.Command("go", args...)
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: `go %s` in %s failed (%v); no end-to-end test can run without the binary:\n%s", strings.Join(args, " "), root, err, out)
+	if binPath, err = testenv.BuildSidecar(root, dir, raceBuild); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\nno end-to-end test can run without the binary\n", err)
 		return 1
 	}
 	return m.Run()
-}
-
-// findModuleRoot is the directory of the go.mod this package belongs to.
-func findModuleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %v", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("go env GOMOD: not inside a module (got %q)", gomod)
-	}
-	return filepath.Dir(gomod), nil
 }

@@ -316,7 +316,7 @@ func (r *Region) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi i
 	var parked int64
 	switch {
 	case surplus > 0 && w.End.IsZero(): // a window already over: see refill
-		r.state.queue(pendingReconcile{key, rule, r.newReconcile(surplus, g.WindowEnd, now)})
+		r.later(key, rule, surplus, g.WindowEnd, now)
 	case surplus > 0:
 		parked = r.refill(ctx, key, rule, surplus, w, now)
 	}
@@ -373,7 +373,7 @@ func (r *Region) refill(ctx context.Context, key string, rule gale.Rule, n int64
 		// Queued, not sent on this lease's path: units a refill could not
 		// park are mostly of a window over on the escrow's clock (a late
 		// reply), and the give-back would cost the lease a round trip.
-		r.state.queue(pendingReconcile{key, rule, r.newReconcile(n-added, w.End, now)})
+		r.later(key, rule, n-added, w.End, now)
 	}
 	return added
 }
@@ -388,7 +388,7 @@ func (r *Region) release(ctx context.Context, key string, rule gale.Rule, end ti
 		return
 	}
 	r.stats.released.Add(n)
-	r.state.queue(pendingReconcile{key, rule, r.newReconcile(n, end, now)})
+	r.later(key, rule, n, end, now)
 }
 
 // Return gives back credits a process of the region leased in the window
@@ -407,8 +407,7 @@ func (r *Region) Return(ctx context.Context, key string, rule gale.Rule, credits
 	}
 	regional, rest, known := r.state.splitReturn(&r.mach, key, credits, windowEnd)
 	if regional > 0 {
-		sub := rule
-		sub.Limit = min(rule.Limit, r.cfg.RegionalLimit)
+		sub := r.regionalRule(rule)
 		// A failed give-back to the regional budget loses the units to the
 		// window: under-admission.
 		_ = r.cfg.Fallback.Return(ctx, fallbackKey(key), sub, regional, windowEnd, now)
@@ -435,6 +434,13 @@ func (r *Region) Return(ctx context.Context, key string, rule gale.Rule, credits
 // a fresh token.
 func (r *Region) newReconcile(n int64, end, now time.Time) Reconcile {
 	return Reconcile{Leftover: n, WindowEnd: end, Token: r.token + strconv.FormatUint(r.state.seq.Add(1), 10), Now: now}
+}
+
+// later queues the give-back of n units of the window ending at end under
+// a fresh token, to be sent in the background after the next answered
+// lease: off the lease's path.
+func (r *Region) later(key string, rule gale.Rule, n int64, end, now time.Time) {
+	r.state.queue(pendingReconcile{key, rule, r.newReconcile(n, end, now)})
 }
 
 // reconcile gives n units of the window ending at end back to the
@@ -475,8 +481,7 @@ func (r *Region) outage(ctx context.Context, key string, rule gale.Rule, lo, hi 
 	if r.cfg.Outage != RegionalOnly {
 		return gale.Grant{}, err
 	}
-	sub := rule
-	sub.Limit = min(rule.Limit, r.cfg.RegionalLimit)
+	sub := r.regionalRule(rule)
 	if sub.Limit < lo {
 		return gale.Grant{Now: now, Decision: gale.Decision{Limit: rule.Limit, RetryAfter: r.health.probeAfter}}, nil
 	}
@@ -488,6 +493,13 @@ func (r *Region) outage(ctx context.Context, key string, rule gale.Rule, lo, hi 
 	r.stats.regional.Add(g.Granted)
 	g.Decision.Limit = rule.Limit
 	return g, nil
+}
+
+// regionalRule is rule as the regional budget counts it: its limit the
+// region's RegionalLimit, at most the rule's.
+func (r *Region) regionalRule(rule gale.Rule) gale.Rule {
+	rule.Limit = min(rule.Limit, r.cfg.RegionalLimit)
+	return rule
 }
 
 // fallbackKey names the regional budget's key: apart from every key the

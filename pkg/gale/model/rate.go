@@ -228,12 +228,10 @@ func (c RateConfig) key(s RateState) string {
 	return string(b)
 }
 
-// RateSpace is the explored space of a RateConfig.
+// RateSpace is the explored space of a RateConfig: states up to node
+// symmetry and the passing of time.
 type RateSpace struct {
-	states []RateState
-	parent []int
-	steps  []RateStep
-	edges  int
+	*search[RateState, RateStep]
 }
 
 // ExploreRate enumerates every state reachable from c.Initial(), breadth
@@ -242,44 +240,17 @@ func ExploreRate(c RateConfig, most int) (*RateSpace, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	sp := &RateSpace{}
-	seen := map[string]bool{}
-	add := func(s RateState, parent int, st RateStep) {
-		k := c.key(s)
-		if !seen[k] {
-			seen[k] = true
-			sp.states, sp.parent, sp.steps = append(sp.states, s), append(sp.parent, parent), append(sp.steps, st)
+	sp, err := searchFrom(c.Initial(), c.key, func(s RateState, emit func(RateStep, RateState)) {
+		for _, t := range c.Next(s) {
+			emit(t.Step, t.After)
 		}
-	}
-	add(c.Initial(), -1, RateStep{})
-	for i := 0; i < len(sp.states); i++ {
-		for _, t := range c.Next(sp.states[i]) {
-			sp.edges++
-			add(t.After, i, t.Step)
-		}
-		if len(sp.states) > most {
-			return sp, fmt.Errorf("%w: over %d states", ErrTooLarge, most)
-		}
-	}
-	return sp, nil
+	}, most, nil)
+	return &RateSpace{sp}, err
 }
-
-// States is the number of distinct reachable states (up to node symmetry
-// and the passing of time); Transitions the transitions out of them.
-func (sp *RateSpace) States() int      { return len(sp.states) }
-func (sp *RateSpace) Transitions() int { return sp.edges }
 
 // Over returns a shortest path to a state that broke the bound, and false
 // when none did.
 func (sp *RateSpace) Over() ([]RateStep, bool) {
-	for i, s := range sp.states {
-		if s.Over {
-			var path []RateStep
-			for j := i; sp.parent[j] >= 0; j = sp.parent[j] {
-				path = append([]RateStep{sp.steps[j]}, path...)
-			}
-			return path, true
-		}
-	}
-	return nil, false
+	path, _, found := sp.first(func(s RateState) bool { return s.Over })
+	return path, found
 }

@@ -2,7 +2,6 @@ package model
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -144,9 +143,9 @@ func (s RegionState) clone() RegionState {
 
 // RegionStep is one transition of the region model.
 type RegionStep struct {
-	Kind           string
-	Region, Proc   int
-	Granted, Count int
+	Kind         string
+	Region, Proc int
+	Granted      int
 }
 
 func (s RegionStep) String() string {
@@ -228,12 +227,9 @@ func (c RegionConfig) giveBack(s *RegionState, r, p int, credits int64, end time
 	if rest <= 0 {
 		return
 	}
-	now := instant(s.Window)
-	if e := &reg.Escrow; e.Units > 0 || !e.End.IsZero() {
-		if now.Before(e.Deadline) && e.End.Equal(end) {
-			e.Units += int(rest)
-			return
-		}
+	if e := &reg.Escrow; instant(s.Window).Before(e.Deadline) && e.End.Equal(end) {
+		e.Units += int(rest) // joins the live balance of its window
+		return
 	}
 	c.reconcile(s, r, rest, end)
 }
@@ -508,16 +504,8 @@ func b2int(x bool) int {
 
 // RegionSpace is the explored space of a RegionConfig.
 type RegionSpace struct {
-	cfg    RegionConfig
-	states []RegionState
-	parent []int
-	steps  []RegionStep
-	edges  int
+	*search[RegionState, RegionStep]
 }
-
-// ErrTooLarge is returned when a space exceeds the bound it was explored
-// under.
-var ErrTooLarge = errors.New("model: state space larger than the bound")
 
 // ExploreRegions enumerates every state reachable from c.Initial(),
 // breadth first, up to most states (ErrTooLarge past it), stopping at the
@@ -526,52 +514,18 @@ func ExploreRegions(c RegionConfig, most int, stop func(RegionState) bool) (*Reg
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	sp := &RegionSpace{cfg: c}
-	seen := map[string]bool{}
-	add := func(s RegionState, parent int, st RegionStep) bool {
-		k := c.key(s)
-		if seen[k] {
-			return false
+	sp, err := searchFrom(c.Initial(), c.key, func(s RegionState, emit func(RegionStep, RegionState)) {
+		for _, t := range c.Next(s) {
+			emit(t.Step, t.After)
 		}
-		seen[k] = true
-		sp.states, sp.parent, sp.steps = append(sp.states, s), append(sp.parent, parent), append(sp.steps, st)
-		return stop != nil && stop(s)
-	}
-	if add(c.Initial(), -1, RegionStep{}) {
-		return sp, nil
-	}
-	for i := 0; i < len(sp.states); i++ {
-		for _, t := range c.Next(sp.states[i]) {
-			sp.edges++
-			if add(t.After, i, t.Step) {
-				return sp, nil
-			}
-		}
-		if len(sp.states) > most {
-			return sp, fmt.Errorf("%w: over %d states", ErrTooLarge, most)
-		}
-	}
-	return sp, nil
+	}, most, stop)
+	return &RegionSpace{sp}, err
 }
-
-// States is the number of distinct reachable states; Transitions the
-// transitions out of them.
-func (sp *RegionSpace) States() int      { return len(sp.states) }
-func (sp *RegionSpace) Transitions() int { return sp.edges }
 
 // Find returns a shortest path to a state violating invariant, and false
 // when none does.
 func (sp *RegionSpace) Find(invariant func(RegionState) bool) ([]RegionStep, RegionState, bool) {
-	for i, s := range sp.states {
-		if !invariant(s) {
-			var path []RegionStep
-			for j := i; sp.parent[j] >= 0; j = sp.parent[j] {
-				path = append([]RegionStep{sp.steps[j]}, path...)
-			}
-			return path, s, true
-		}
-	}
-	return nil, RegionState{}, false
+	return sp.first(func(s RegionState) bool { return !invariant(s) })
 }
 
 // Most returns the most a window admits in any state, and the most the
