@@ -78,6 +78,10 @@ type QuotaGrant struct {
 	// StoreWindowEnd is the same instant on the store's clock: what
 	// QuotaLeaser.Return is handed back.
 	StoreWindowEnd time.Time
+	// StoreNow is the store's time for the lease (the caller's now unless
+	// the store reads its own clock): WindowEnd − now = StoreWindowEnd −
+	// StoreNow.
+	StoreNow time.Time
 }
 
 // QuotaLeaser leases units of a counter and returns them, window-coupled:
