@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -112,7 +113,8 @@ type Bucket struct {
 	Last time.Time
 
 	out [1]Assignment // scratch for one assignment without allocating
-	buf []Assignment  // scratch for a window's assignments
+	buf []Assignment  // scratch for a landing's assignments
+	sc  split         // scratch for a landing's split
 }
 
 // Stream is one Envoy stream's view of the bucket.
@@ -158,34 +160,161 @@ type Actions struct {
 }
 
 // Validate reports whether m can serve.
-func (m *Machine) Validate() error { return nil }
+func (m *Machine) Validate() error {
+	switch {
+	case m.Limit < 1 || m.Limit > gale.MaxLimit:
+		return fmt.Errorf("%w: limit %d outside 1..%d", ErrInvalidMachine, m.Limit, int64(gale.MaxLimit))
+	case m.Window < MinWindow:
+		return fmt.Errorf("%w: window %v is shorter than %v", ErrInvalidMachine, m.Window, MinWindow)
+	case m.Window > gale.MaxPeriod:
+		return fmt.Errorf("%w: window %v is longer than %v", ErrInvalidMachine, m.Window, gale.MaxPeriod)
+	case m.Guard < 0 || m.Guard > m.Window-time.Second:
+		return fmt.Errorf("%w: guard %v outside 0..window−1s", ErrInvalidMachine, m.Guard)
+	case m.MaxStreams < 0:
+		return fmt.Errorf("%w: max streams %d < 0", ErrInvalidMachine, m.MaxStreams)
+	}
+	return nil
+}
 
 // Report handles a usage report of the bucket from stream s at now:
 // allowed and denied requests over elapsed (0 for a subscription's first
 // report). The first report on a stream subscribes it. It returns
 // ErrInvalidReport for counts or elapsed out of range, ErrTooManyStreams
-// past MaxStreams; the bucket is then unchanged. No allocation unless the
-// stream is new.
+// past MaxStreams; the bucket is then unchanged. It allocates only when
+// the stream is new and the bucket's slice must grow.
 func (m *Machine) Report(b *Bucket, now time.Time, s StreamID, allowed, denied uint64, elapsed time.Duration) (Actions, error) {
-	return Actions{}, nil
+	if allowed > MaxReportCount || denied > MaxReportCount || allowed+denied > MaxReportCount {
+		return Actions{}, fmt.Errorf("%w: %d allowed and %d denied: more than %d", ErrInvalidReport, allowed, denied, int64(MaxReportCount))
+	}
+	if elapsed < 0 {
+		return Actions{}, fmt.Errorf("%w: time elapsed %v < 0", ErrInvalidReport, elapsed)
+	}
+	i := b.find(s)
+	if i < 0 {
+		if len(b.Streams) >= m.maxStreams() {
+			return Actions{}, fmt.Errorf("%w: %d", ErrTooManyStreams, len(b.Streams))
+		}
+		b.Streams = append(b.Streams, Stream{ID: s})
+		i = len(b.Streams) - 1
+	}
+	now = b.clamp(now)
+	st := &b.Streams[i]
+	if elapsed > 0 {
+		r := float64(allowed+denied) / elapsed.Seconds()
+		if st.Known {
+			r = (st.Rate + r) / 2
+		}
+		st.Rate, st.Known = r, true
+	}
+	var a Actions
+	if m.Fault&FaultRefreshTTL != 0 && b.current(st, now) {
+		ttl := m.Window.Truncate(time.Second)
+		st.Live = now.Add(ttl + m.guard())
+		b.out[0] = Assignment{Stream: s, MaxTokens: st.Share, TokensPerFill: 1, FillInterval: m.fillInterval(), TTL: ttl}
+		a.Assign = b.out[:]
+	}
+	m.next(b, now, &a)
+	return a, nil
 }
 
 // Leave handles stream s leaving at now (stream closed or reset). Its
-// assignment stays charged: the Envoy enforces it until its TTL.
-func (m *Machine) Leave(b *Bucket, now time.Time, s StreamID) Actions { return Actions{} }
+// assignment stays charged: the Envoy enforces it until its TTL. Leaving
+// a stream the bucket does not know changes nothing.
+func (m *Machine) Leave(b *Bucket, now time.Time, s StreamID) Actions {
+	now = b.clamp(now)
+	var a Actions
+	i := b.find(s)
+	if i < 0 {
+		m.next(b, now, &a)
+		return a
+	}
+	st := b.Streams[i]
+	if m.Fault&FaultReassignOnLeave != 0 && b.current(&st, now) && st.Share > 0 {
+		b.Sent -= st.Share
+		b.Returned += st.Share
+		a.Return = gale.Return{Credits: st.Share, WindowEnd: b.WindowEnd, At: now}
+	}
+	b.Streams = append(b.Streams[:i], b.Streams[i+1:]...)
+	m.next(b, now, &a)
+	return a
+}
 
 // Tick handles time passing to now: a window that has ended starts the
 // next window's lease for the streams connected.
-func (m *Machine) Tick(b *Bucket, now time.Time) Actions { return Actions{} }
+func (m *Machine) Tick(b *Bucket, now time.Time) Actions {
+	now = b.clamp(now)
+	var a Actions
+	m.next(b, now, &a)
+	return a
+}
 
 // Landed lands lease id's grant g at now; sent is when the lease was asked
-// (the store's instants are mapped to the sidecar's clock from it). It
-// splits the grant among the streams without an assignment in the grant's
-// window and returns what is not assigned.
+// (the store's instants are mapped to the sidecar's clock from it, as
+// gale.Machine.Landed does). It splits the grant among the streams
+// without an assignment in the grant's window, by demand, and gives back
+// what is not assigned. A grant of nothing is a refusal: no lease is asked
+// before its RetryAfter. A grant of a lease not in flight goes back whole.
 func (m *Machine) Landed(b *Bucket, id uint64, sent, now time.Time, g gale.Grant) Actions {
-	return Actions{}
+	now = b.clamp(now)
+	var a Actions
+	if id == 0 || id != b.Lease || g.Granted < 0 {
+		if g.Granted > 0 {
+			a.Return = gale.Return{Credits: g.Granted, WindowEnd: g.WindowEnd, At: now}
+		}
+		m.next(b, now, &a)
+		return a
+	}
+	b.Lease = 0
+	if g.Granted == 0 {
+		b.RefusedUntil = later(sent.Add(g.Decision.RetryAfter), now.Add(m.guard()))
+		m.next(b, now, &a)
+		return a
+	}
+	if g.WindowEnd.IsZero() || g.WindowEnd.Before(b.WindowEnd) {
+		// A strategy without windows, or an older window than the one in
+		// place: nothing to assign from it.
+		a.Return = gale.Return{Credits: g.Granted, WindowEnd: g.WindowEnd, At: now}
+		m.next(b, now, &a)
+		return a
+	}
+	until := sent.Add(g.WindowEnd.Sub(g.Now))
+	if !g.WindowEnd.Equal(b.WindowEnd) {
+		b.WindowEnd, b.Until = g.WindowEnd, until
+		b.Leased, b.Sent, b.Returned = 0, 0, 0
+	} else if until.Before(b.Until) {
+		b.Until = until // the earlier mapping is the safer
+	}
+	b.Leased += g.Granted
+	left := m.assign(b, now, g.Granted, &a)
+	if left > 0 {
+		b.Returned += left
+		a.Return = gale.Return{Credits: left, WindowEnd: b.WindowEnd, At: now}
+		if a.Assign == nil && !now.Before(b.Until.Add(-m.guard()-time.Second)) {
+			// Too late in the window to assign anything: no lease until
+			// the store's window has moved on.
+			b.RefusedUntil = later(b.Until, now.Add(m.guard()))
+		}
+	}
+	m.next(b, now, &a)
+	return a
 }
 
 // Failed ends lease id, which the store did not answer; the next Tick or
 // report asks again.
-func (m *Machine) Failed(b *Bucket, id uint64, now time.Time) Actions { return Actions{} }
+func (m *Machine) Failed(b *Bucket, id uint64, now time.Time) Actions {
+	now = b.clamp(now)
+	if id != 0 && id == b.Lease {
+		b.Lease = 0
+		b.RefusedUntil = now.Add(m.guard()) // not at once: the store is failing
+	}
+	var a Actions
+	m.next(b, now, &a)
+	return a
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
