@@ -239,7 +239,7 @@ func (q quotaLeaser) Lease(ctx context.Context, key string, min, max int64, now 
 	if g.Granted > 0 && g.WindowEnd.IsZero() {
 		return ratelimit.QuotaGrant{}, fmt.Errorf("engine: store granted %d units of a windowed rule with no window end", g.Granted)
 	}
-	out := ratelimit.QuotaGrant{Granted: g.Granted, StoreWindowEnd: g.WindowEnd, StoreNow: g.Now}
+	out := ratelimit.QuotaGrant{Granted: g.Granted, StoreWindowEnd: g.WindowEnd, StoreNow: g.Now, RetryAfter: g.Decision.RetryAfter}
 	if !g.WindowEnd.IsZero() {
 		out.WindowEnd = now.Add(g.WindowEnd.Sub(g.Now))
 	}

@@ -82,6 +82,9 @@ type QuotaGrant struct {
 	// the store reads its own clock): WindowEnd − now = StoreWindowEnd −
 	// StoreNow.
 	StoreNow time.Time
+	// RetryAfter, when nothing was granted, is how long until the
+	// counter may have units again.
+	RetryAfter time.Duration
 }
 
 // QuotaLeaser leases units of a counter and returns them, window-coupled:

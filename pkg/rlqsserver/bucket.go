@@ -182,19 +182,22 @@ func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 // asked, outside the bucket's lock.
 func (b *bucket) leaseAsync(l rlqs.LeaseAsk, sent time.Time) {
 	lim, gen := b.limit, b.gen
-	b.srv.calls.Add(1)
+	b.srv.callStarted()
 	go func() {
-		defer b.srv.calls.Done()
+		defer b.srv.callDone()
 		ctx, cancel := context.WithTimeout(context.Background(), b.srv.opts.StoreTimeout)
 		g, err := lim.Leaser.Lease(ctx, lim.Key, l.Min, l.Max, sent)
 		cancel()
-		if err == nil {
-			b.srv.stats.rule(lim.Rule, func(r *RuleStats) { r.Leased += g.Granted })
-		}
 		b.mu.Lock()
 		now := b.srv.clk.Now()
 		if b.dead || gen != b.gen || b.kind != ratelimit.QuotaLimited {
 			b.mu.Unlock()
+			if err == nil {
+				b.srv.stats.rule(lim.Rule, func(r *RuleStats) {
+					r.Leases++
+					r.Leased += g.Granted
+				})
+			}
 			if err == nil && g.Granted > 0 {
 				b.returnUnits(lim, g.Granted, g, now)
 			}
@@ -205,9 +208,16 @@ func (b *bucket) leaseAsync(l rlqs.LeaseAsk, sent time.Time) {
 			b.srv.log.Warn("rlqs: lease failed; the next window or report asks again", "domain", b.domain, "rule", lim.Rule.Name, "err", err)
 			acts = b.machine.Failed(&b.state, l.ID, now)
 		} else {
-			acts = b.machine.Landed(&b.state, l.ID, sent, now, gale.Grant{Granted: g.Granted, WindowEnd: g.StoreWindowEnd, Now: g.StoreNow})
+			acts = b.machine.Landed(&b.state, l.ID, sent, now, gale.Grant{Granted: g.Granted, WindowEnd: g.StoreWindowEnd, Now: g.StoreNow, Decision: gale.Decision{RetryAfter: g.RetryAfter}})
 		}
 		b.doLocked(acts, now)
+		if err == nil {
+			// Counted once the assignments are queued: a test waits on it.
+			b.srv.stats.rule(lim.Rule, func(r *RuleStats) {
+				r.Leases++
+				r.Leased += g.Granted
+			})
+		}
 		empty := len(b.subs) == 0
 		b.mu.Unlock()
 		if empty {
@@ -219,9 +229,9 @@ func (b *bucket) leaseAsync(l rlqs.LeaseAsk, sent time.Time) {
 // returnUnits gives units of g's window back to lim's counter, in the
 // background.
 func (b *bucket) returnUnits(lim ratelimit.QuotaLimit, units int64, g ratelimit.QuotaGrant, now time.Time) {
-	b.srv.calls.Add(1)
+	b.srv.callStarted()
 	go func() {
-		defer b.srv.calls.Done()
+		defer b.srv.callDone()
 		ctx, cancel := context.WithTimeout(context.Background(), b.srv.opts.StoreTimeout)
 		defer cancel()
 		if err := lim.Leaser.Return(ctx, lim.Key, units, g, now); err != nil {

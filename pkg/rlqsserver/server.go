@@ -126,6 +126,17 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
+// callStarted and callDone bracket a store call made in the background.
+func (s *Server) callStarted() {
+	s.calls.Add(1)
+	s.stats.add(func(t *stats) { t.calls++ })
+}
+
+func (s *Server) callDone() {
+	s.stats.add(func(t *stats) { t.calls-- })
+	s.calls.Done()
+}
+
 // Stats returns a snapshot of the server's counters (a collector reads it).
 func (s *Server) Stats() Stats { return s.stats.snapshot() }
 

@@ -20,8 +20,10 @@ type RuleStats struct {
 	Abandons int64
 	// Allowed and Denied are the requests Envoys reported.
 	Allowed, Denied int64
-	// Leased is the units leased from the store, Returned those given back.
-	Leased, Returned int64
+	// Leases is the store leases answered (granted or not; failures are
+	// not counted); Leased is the units they granted, Returned the units
+	// given back.
+	Leases, Leased, Returned int64
 }
 
 // Stats is a snapshot of the server's counters.
@@ -38,6 +40,8 @@ type Stats struct {
 	// refused.
 	Skipped    map[string]int64
 	BadReports int64
+	// StoreCalls is the store leases and returns in flight now.
+	StoreCalls int64
 	// Abandons is the AbandonActions sent, for every kind of bucket.
 	Abandons int64
 	// Dropped is the responses not sent because a stream's send queue was
@@ -61,6 +65,7 @@ type stats struct {
 	badReports int64
 	dropped    int64
 	abandons   int64
+	calls      int64
 }
 
 func newStats() *stats {
@@ -88,7 +93,7 @@ func (s *stats) add(f func(*stats)) {
 func (s *stats) snapshot() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := Stats{StreamsOpen: s.streams, BadReports: s.badReports, Dropped: s.dropped, Abandons: s.abandons,
+	out := Stats{StreamsOpen: s.streams, BadReports: s.badReports, Dropped: s.dropped, Abandons: s.abandons, StoreCalls: s.calls,
 		Blanket: make(map[BlanketReason]int64, len(s.blanket)), Skipped: make(map[string]int64, len(s.skipped))}
 	for _, r := range s.rules {
 		out.Rules = append(out.Rules, *r)
