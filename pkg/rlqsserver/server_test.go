@@ -1,10 +1,14 @@
 package rlqsserver_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/clock"
@@ -259,4 +263,39 @@ func TestBlanketActions(t *testing.T) {
 func settled(t *testing.T, s *sidecar) {
 	t.Helper()
 	waitFor(t, "store calls to end", func() bool { return s.srv.Stats().StoreCalls == 0 })
+}
+
+// TestBadMessagesEndTheStreamClearly: a report without a domain, or with
+// another domain than the stream's first, ends the stream with
+// InvalidArgument; a bucket usage without an id is skipped and the rest
+// served.
+func TestBadMessagesEndTheStreamClearly(t *testing.T) {
+	sc := startSidecar(t, memstore.New(), clock.NewFake(t0), rlqsserver.Options{})
+	e := connect(t, sc)
+	e.report(false, usage{bucket: nil, allowed: 1}, usage{bucket: map[string]string{"other": "x"}, allowed: 1})
+	if e.next(map[string]string{"other": "x"}).GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+		t.Error("the good usage after a bad one was not served")
+	}
+	if got := sc.srv.Stats().Skipped["bucket_id"]; got != 1 {
+		t.Errorf("skipped bucket_id %d, want 1", got)
+	}
+	e.domain = "another"
+	if err := e.st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "another"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-e.ended:
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "one domain") {
+			t.Errorf("stream ended with %v, want InvalidArgument naming the domain", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("stream not ended")
+	}
+	e2 := connect(t, sc)
+	if err := e2.st.Send(&rlqspb.RateLimitQuotaUsageReports{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-e2.ended; status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "no domain") {
+		t.Errorf("no domain: %v, want InvalidArgument", err)
+	}
 }
