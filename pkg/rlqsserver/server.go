@@ -91,6 +91,8 @@ type Server struct {
 	buckets    map[string]*bucket // by bucketKey; guarded by mu
 	closed     bool               // guarded by mu
 	calls      sync.WaitGroup     // store calls in flight
+	stopping   chan struct{}      // closed by Shutdown
+	stopOnce   sync.Once
 }
 
 // New returns a Server.
@@ -116,7 +118,7 @@ func New(opts Options) (*Server, error) {
 	if opts.AbandonIdle == 0 {
 		opts.AbandonIdle = DefaultAbandonIdle
 	}
-	s := &Server{opts: opts, clk: opts.Clock, log: opts.Logger, stats: newStats(), buckets: map[string]*bucket{}}
+	s := &Server{opts: opts, clk: opts.Clock, log: opts.Logger, stats: newStats(), buckets: map[string]*bucket{}, stopping: make(chan struct{})}
 	if s.clk == nil {
 		s.clk = clock.Real{}
 	}
@@ -139,6 +141,18 @@ func (s *Server) callDone() {
 
 // Stats returns a snapshot of the server's counters (a collector reads it).
 func (s *Server) Stats() Stats { return s.stats.snapshot() }
+
+// ErrShuttingDown ends the streams open when Shutdown is called: Envoy
+// opens its stream again at its next report, to a sidecar that serves.
+var ErrShuttingDown = status.Error(codes.Unavailable, "rlqs: sidecar shutting down; reconnect")
+
+// Shutdown ends every open stream with ErrShuttingDown (each bucket it
+// subscribed is left: its assignment stays charged until its TTL, which
+// ends before its window does) and refuses new ones, so a gRPC server's
+// GracefulStop need not wait for Envoys' long-lived streams.
+func (s *Server) Shutdown() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+}
 
 // Close stops every bucket's timer and waits, within ctx, for the store
 // calls in flight. Streams still open are not ended (the gRPC server's
@@ -171,6 +185,11 @@ func (s *Server) Close(ctx context.Context) error {
 // bucket usage that cannot be is skipped and logged. When the stream ends
 // each bucket it subscribed is left: its assignment stays charged.
 func (s *Server) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]) error {
+	select {
+	case <-s.stopping:
+		return ErrShuttingDown
+	default:
+	}
 	str := &stream{id: rlqs.StreamID(s.nextStream.Add(1)), out: make(chan *rlqspb.RateLimitQuotaResponse, sendQueue),
 		subs: map[string]*bucket{}, stats: s.stats}
 	ctx, cancel := context.WithCancel(st.Context())
@@ -209,6 +228,8 @@ func (s *Server) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLi
 			return err
 		case err := <-sendErr:
 			return err
+		case <-s.stopping:
+			return ErrShuttingDown
 		case m := <-msgs:
 			if err := s.handle(str, m); err != nil {
 				return err
