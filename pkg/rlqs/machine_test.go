@@ -145,7 +145,7 @@ func TestTTL(t *testing.T) {
 		at    time.Duration // landing instant in the window of 10 s
 		want  time.Duration // 0: nothing sent, all returned
 	}{
-		{"floor", 0, 0, 6300 * time.Millisecond, 3 * time.Second},     // 3.7 − .25
+		{"floor", 0, 0, 6300 * time.Millisecond, 3 * time.Second},       // 3.7 − .25
 		{"just one second", 0, 0, 8750 * time.Millisecond, time.Second}, // 1.25 − .25
 		{"under one second", 0, 0, 8800 * time.Millisecond, 0},          // 0.95
 		{"guard covers it", 500 * time.Millisecond, 0, 8600 * time.Millisecond, 0},
