@@ -3,6 +3,8 @@ package rlqs
 import (
 	"math"
 	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
 // next asks the bucket's lease if one is due at now, and sets the instant
@@ -60,7 +62,8 @@ func (m *Machine) want(b *Bucket, st *Stream, now time.Time, left time.Duration,
 
 // demand is st's predicted demand over left: its smoothed rate, or, unknown,
 // the bucket's mean per-stream rate (the limit's pace when no rate is
-// known), at least 1 (its subscription carried a request); at most Limit.
+// known), at least 1 (its subscription carried a request); at most
+// gale.MaxLimit (not Limit: capping a demand at L would skew the split).
 func (m *Machine) demand(st *Stream, left time.Duration, mean float64, known bool) int64 {
 	rate := st.Rate
 	if !st.Known {
@@ -71,8 +74,8 @@ func (m *Machine) demand(st *Stream, left time.Duration, mean float64, known boo
 	}
 	x := math.Ceil(rate * left.Seconds())
 	switch {
-	case x >= float64(m.Limit):
-		return m.Limit
+	case x >= gale.MaxLimit:
+		return gale.MaxLimit
 	case !st.Known:
 		return max(int64(x), 1)
 	}
