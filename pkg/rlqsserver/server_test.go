@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+	"github.com/throttlekit/throttlekit/pkg/policy"
 	"github.com/throttlekit/throttlekit/pkg/rlqs"
 	"github.com/throttlekit/throttlekit/pkg/rlqsserver"
 )
@@ -243,6 +244,7 @@ func TestBlanketActions(t *testing.T) {
 		{map[string]string{"nothing": "x"}, typev3.RateLimitStrategy_ALLOW_ALL},
 		{map[string]string{"closed": "x"}, typev3.RateLimitStrategy_DENY_ALL},
 		{map[string]string{"fast": "x"}, typev3.RateLimitStrategy_DENY_ALL},
+		{map[string]string{"two": "x"}, typev3.RateLimitStrategy_DENY_ALL}, // two limits on one descriptor
 	} {
 		e.report(false, usage{bucket: tc.bucket, allowed: 1})
 		qa := e.next(tc.bucket).GetQuotaAssignmentAction()
@@ -254,7 +256,7 @@ func TestBlanketActions(t *testing.T) {
 		}
 	}
 	s := sc.srv.Stats()
-	if s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "refused"}] != 1 || s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "blocked"}] != 1 {
+	if s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "refused"}] != 2 || s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "blocked"}] != 1 {
 		t.Errorf("blanket counts %v", s.Blanket)
 	}
 }
@@ -297,5 +299,83 @@ func TestBadMessagesEndTheStreamClearly(t *testing.T) {
 	}
 	if err := <-e2.ended; status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "no domain") {
 		t.Errorf("no domain: %v, want InvalidArgument", err)
+	}
+}
+
+// TestIdleSubscriptionIsAbandoned: a subscription that reported no
+// request for --rlqs-abandon-idle gets an AbandonAction and is left; a
+// report with requests keeps it.
+func TestIdleSubscriptionIsAbandoned(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{AbandonIdle: 2 * time.Minute})
+	e := connect(t, sc)
+	e.subscribe(tenantA)
+	tokens(t, e.next(tenantA))
+	clk.Set(t0.Add(100 * time.Second))
+	e.report(true, usage{bucket: tenantA, allowed: 3, elapsed: 5 * time.Second}) // active at 100 s
+	clk.Set(t0.Add(219 * time.Second))
+	e.report(true, usage{bucket: tenantA, elapsed: 5 * time.Second}) // idle 119 s: kept
+	for _, a := range e.pending(tenantA) {
+		if a.GetAbandonAction() != nil {
+			t.Fatal("abandoned before --rlqs-abandon-idle")
+		}
+	}
+	clk.Set(t0.Add(220 * time.Second))
+	e.report(false, usage{bucket: tenantA, elapsed: 5 * time.Second})
+	for {
+		a := e.next(tenantA)
+		if a.GetAbandonAction() != nil {
+			break
+		}
+		tokens(t, a) // the windows' assignments before it
+	}
+	// The sync bucket (no limit), idle since its subscription, is
+	// abandoned too.
+	if st := ruleStats(sc.srv, "per-tenant"); st.Abandons != 1 || sc.srv.Stats().Abandons != 2 {
+		t.Errorf("abandons %d (all %d), want 1 (all 2)", st.Abandons, sc.srv.Stats().Abandons)
+	}
+}
+
+// TestReloadTurnsAnAllowIntoAssignments: a bucket allowed for want of a
+// limit gets a token bucket at its next report once a reload gives it a
+// limit (the assignment replaces the blanket rule at the Envoy).
+func TestReloadTurnsAnAllowIntoAssignments(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecarWith(t, "domain: q\ndescriptors:\n  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", memstore.New(), clk, rlqsserver.Options{})
+	e := connect(t, sc)
+	e.report(false, usage{bucket: tenantA, allowed: 1})
+	if e.next(tenantA).GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+		t.Fatal("no limit: want ALLOW_ALL")
+	}
+	d, err := policy.Parse("q.yaml", []byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.eng.Load(bg, &policy.Set{Domains: []*policy.Domain{d}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(t0.Add(15 * time.Second))
+	e.report(false, usage{bucket: tenantA, allowed: 4, elapsed: 5 * time.Second})
+	n, ttl := tokens(t, e.next(tenantA))
+	if n < 1 || n > limit || clk.Now().Add(ttl).After(t0.Add(window-rlqs.DefaultGuard)) {
+		t.Errorf("after the reload: %d tokens for %v, want ≤ %d ending before the window", n, ttl, limit)
+	}
+}
+
+// TestExpiriesCounted: each assignment is counted expired once its TTL
+// (and the guard) has passed, at the bucket's next event.
+func TestExpiriesCounted(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
+	a, b, _, _ := twoStreams(t, sc, clk) // window 1: 2 assignments; window 2: 2 more
+	settled(t, sc)
+	a.report(true, usage{bucket: tenantA, allowed: 5, elapsed: 5 * time.Second})
+	b.report(true, usage{bucket: tenantA, allowed: 5, elapsed: 5 * time.Second})
+	clk.Set(t0.Add(2 * window))
+	tokens(t, a.next(tenantA))
+	tokens(t, b.next(tenantA))
+	settled(t, sc)
+	if st := ruleStats(sc.srv, "per-tenant"); st.Expiries < 2 || st.Expiries > st.Assignments {
+		t.Errorf("expiries %d of %d assignments, want the window before's (≥ 2)", st.Expiries, st.Assignments)
 	}
 }
