@@ -38,7 +38,7 @@ descriptors:
   - key: two
     rate_limits:
       - {name: two-minute, unit: minute, requests_per_unit: 50}
-      - {name: two-hour, unit: hour, requests_per_unit: 500}
+      - {name: two-hour, unit: hour, requests_per_unit: 60}
 `
 
 // sidecar is one serving process: an engine over a store, the RLQS server

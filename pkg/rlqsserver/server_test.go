@@ -244,7 +244,6 @@ func TestBlanketActions(t *testing.T) {
 		{map[string]string{"nothing": "x"}, typev3.RateLimitStrategy_ALLOW_ALL},
 		{map[string]string{"closed": "x"}, typev3.RateLimitStrategy_DENY_ALL},
 		{map[string]string{"fast": "x"}, typev3.RateLimitStrategy_DENY_ALL},
-		{map[string]string{"two": "x"}, typev3.RateLimitStrategy_DENY_ALL}, // two limits on one descriptor
 	} {
 		e.report(false, usage{bucket: tc.bucket, allowed: 1})
 		qa := e.next(tc.bucket).GetQuotaAssignmentAction()
@@ -256,7 +255,7 @@ func TestBlanketActions(t *testing.T) {
 		}
 	}
 	s := sc.srv.Stats()
-	if s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "refused"}] != 2 || s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "blocked"}] != 1 {
+	if s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "refused"}] != 1 || s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "blocked"}] != 1 {
 		t.Errorf("blanket counts %v", s.Blanket)
 	}
 }
@@ -377,5 +376,59 @@ func TestExpiriesCounted(t *testing.T) {
 	settled(t, sc)
 	if st := ruleStats(sc.srv, "per-tenant"); st.Expiries < 2 || st.Expiries > st.Assignments {
 		t.Errorf("expiries %d of %d assignments, want the window before's (≥ 2)", st.Expiries, st.Assignments)
+	}
+}
+
+// TestTwoLimitsBothBind: a bucket under a minute limit of 50 and an hour
+// limit of 60 is assigned at most the minute's 50 in a window, and in the
+// next minute only what the hour has left (60 less the first window's):
+// every unit is leased from both counters, and the minute's surplus goes
+// back.
+func TestTwoLimitsBothBind(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
+	two := map[string]string{"two": "x"}
+	e := connect(t, sc)
+	e.report(false, usage{bucket: two, allowed: 1})
+	n1, ttl1 := tokens(t, e.next(two))
+	if n1 < 1 || n1 > 50 || ttl1 != 49*time.Second {
+		t.Fatalf("first minute: %d tokens for %v, want 1..50 for 49s", n1, ttl1)
+	}
+	clk.Set(t0.Add(30 * time.Second))
+	e.report(true, usage{bucket: two, allowed: 100, denied: 100, elapsed: 20 * time.Second}) // 10/s: more than either limit
+	clk.Set(t0.Add(window))
+	n2, _ := tokens(t, e.next(two))
+	settled(t, sc)
+	t.Logf("minute 1: %d, minute 2: %d (hour: 60)", n1, n2)
+	if n2 != 60-n1 {
+		t.Errorf("second minute: %d tokens, want the %d the hour has left", n2, 60-n1)
+	}
+	if m, h := ruleStats(sc.srv, "two-minute"), ruleStats(sc.srv, "two-hour"); h.Leased-h.Returned != 60 || m.Leased-m.Returned != n1+n2 {
+		t.Errorf("minute leased %d returned %d, hour leased %d returned %d: want the hour's 60 and the minute's %d kept", m.Leased, m.Returned, h.Leased, h.Returned, n1+n2)
+	}
+}
+
+// TestTwoLimitsWindowsNotNested: under a 7 s and a 10 s limit whose
+// windows do not nest, an assignment expires before the first of the two
+// windows ends, not the machine's (the 7 s one): its units were leased
+// from both.
+func TestTwoLimitsWindowsNotNested(t *testing.T) {
+	// An instant 1 s into a 7 s window and 6 s into a 10 s one: the 10 s
+	// window ends in 4 s, the 7 s one in 6 s.
+	u := t0.Unix()
+	for u%7 != 1 || u%10 != 6 {
+		u++
+	}
+	now := time.Unix(u, 0)
+	clk := clock.NewFake(now)
+	sc := startSidecarWith(t, "domain: q\ndescriptors:\n  - key: k\n    rate_limits:\n      - {name: seven, unit: second, unit_multiplier: 7, requests_per_unit: 100}\n      - {name: ten, unit: second, unit_multiplier: 10, requests_per_unit: 100}\n",
+		memstore.New(), clk, rlqsserver.Options{})
+	k := map[string]string{"k": "v"}
+	e := connect(t, sc)
+	e.report(false, usage{bucket: k, allowed: 1})
+	n, ttl := tokens(t, e.next(k))
+	t.Logf("%d tokens for %v (the 10 s window ends in 4 s, the 7 s one in 6 s)", n, ttl)
+	if ttl != 3*time.Second {
+		t.Errorf("TTL %v, want 3s: ⌊4 s − guard⌋, before the 10 s window ends", ttl)
 	}
 }
