@@ -334,3 +334,24 @@ func TestRefusalWaits(t *testing.T) {
 		t.Fatalf("no lease at the window's end")
 	}
 }
+
+// TestUnvalidatedMachineDoesNotPanic: a Machine that Validate refuses
+// (zero, or a zero window) serves no sensible assignments, but events on
+// it never panic.
+func TestUnvalidatedMachineDoesNotPanic(t *testing.T) {
+	for _, m := range []rlqs.Machine{{}, {Limit: 5}, {Window: time.Second}, {Limit: -3, Window: -time.Second, Guard: -time.Second}} {
+		var b rlqs.Bucket
+		now := t0
+		for i := range 20 {
+			a, _ := m.Report(&b, now, rlqs.StreamID(i%3), uint64(i), 1, time.Duration(i%2)*time.Second)
+			if a.Lease.ID != 0 {
+				m.Landed(&b, a.Lease.ID, now, now, gale.Grant{Granted: a.Lease.Max, Now: now, WindowEnd: now.Add(time.Duration(i) * time.Second)})
+			}
+			m.Tick(&b, now)
+			if i%5 == 4 {
+				m.Leave(&b, now, rlqs.StreamID(i%3))
+			}
+			now = now.Add(700 * time.Millisecond)
+		}
+	}
+}
