@@ -22,6 +22,16 @@ func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 		a.Wake = b.RefusedUntil
 	case now.Before(b.Until):
 		a.Wake = b.Until
+		if b.Lease == 0 {
+			// A stream waiting for its older assignment to die may be
+			// served once it has.
+			for i := range b.Streams {
+				st := &b.Streams[i]
+				if now.Before(st.Live) && st.Live.Before(a.Wake) && !b.current(st, now) {
+					a.Wake = st.Live
+				}
+			}
+		}
 	}
 }
 
