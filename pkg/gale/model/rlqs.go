@@ -39,9 +39,10 @@ import (
 // and their delay only shifts a demand estimate.
 //
 // Time is one clock for Envoys, sidecars and the store, in quanta of
-// 250 ms, and the machine's Guard is 500 ms: MaxLatency ≤ 1 quantum is
-// delivery within less than the Guard. A bucket's TTL ends at an instant;
-// it admits at the instants before it.
+// 500 ms, and the machine's Guard is one quantum. A bucket's TTL ends at an
+// instant; it admits at the instants before it. So MaxLatency 0 (any order
+// within an instant) and 1 (a Guard late) are delivery within the Guard,
+// which the bound assumes; 2 is past it.
 
 // rlqsQuantum is the model's unit of time; rlqsGuard the machine's Guard.
 const (
@@ -63,7 +64,7 @@ type RLQSConfig struct {
 	// ReportEvery is the Envoys' report interval in quanta, 2..16.
 	ReportEvery int
 	// MaxLatency is the most quanta an assignment or a lease reply takes
-	// to land, 0..3: under 2 (the Guard) is what the bound assumes.
+	// to land, 0..3: ≤ 1 (the Guard) is what the bound assumes.
 	MaxLatency int
 	// Resets and Deaths are how many stream resets and sidecar deaths a
 	// run may see, 0..2 and 0..1.
