@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -38,9 +39,10 @@ import (
 // and their delay only shifts a demand estimate.
 //
 // Time is one clock for Envoys, sidecars and the store, in quanta of
-// 250 ms, and the machine's Guard is 500 ms: MaxLatency ≤ 1 quantum is
-// delivery within less than the Guard. A bucket's TTL ends at an instant;
-// it admits at the instants before it.
+// 500 ms, and the machine's Guard is one quantum. A bucket's TTL ends at an
+// instant; it admits at the instants before it. So MaxLatency 0 (any order
+// within an instant) and 1 (a Guard late) are delivery within the Guard,
+// which the bound assumes; 2 is past it.
 
 // rlqsQuantum is the model's unit of time; rlqsGuard the machine's Guard.
 const (
@@ -62,7 +64,7 @@ type RLQSConfig struct {
 	// ReportEvery is the Envoys' report interval in quanta, 2..16.
 	ReportEvery int
 	// MaxLatency is the most quanta an assignment or a lease reply takes
-	// to land, 0..3: under 2 (the Guard) is what the bound assumes.
+	// to land, 0..3: ≤ 1 (the Guard) is what the bound assumes.
 	MaxLatency int
 	// Resets and Deaths are how many stream resets and sidecar deaths a
 	// run may see, 0..2 and 0..1.
@@ -405,19 +407,32 @@ func receive(env *RLQSEnvoy, q int, ratio bool) {
 // key encodes s for the search: everything a later step reads. Left out:
 // the machine's lease counter (a reply's name always matches the lease in
 // flight: there is one, and a death drops it), its latest instant (time
-// never goes back here) and when its lease was asked (nothing reads it).
+// never goes back here), when its lease was asked (nothing reads it), and
+// an Envoy's stream count (it only keeps stream names unique).
+//
+// Envoys are symmetric: nothing a step does depends on an Envoy's index
+// but the name of its stream, and a sidecar's machine uses a stream's name
+// only to find it (its order is the order of subscription, which the key
+// keeps). So each Envoy's encoding carries its stream's place in its
+// sidecar's bucket and the machine's record of it, and the key sorts the
+// Envoys' encodings: states alike up to renaming Envoys are one. The states
+// themselves keep their order, so a path to one is a concrete run.
 func (c RLQSConfig) key(s RLQSState) string {
-	b := make([]byte, 0, 128)
+	var b []byte
 	v := func(x int) { b = binary.AppendVarint(b, int64(x)) }
 	tm := func(t time.Time) { v(quanta(t)) }
-	v(s.Q)
-	v(s.Used)
-	v(s.Admitted)
-	v(s.Resets)
-	v(s.Deaths)
-	for _, e := range s.Envoys {
+	stream := func(st rlqs.Stream) {
+		b = binary.AppendUvarint(b, math.Float64bits(st.Rate))
+		v(b2int(st.Known))
+		tm(st.Window)
+		v(int(st.Share))
+		tm(st.Live)
+	}
+	matched := 0
+	envoys := make([]string, len(s.Envoys))
+	for i, e := range s.Envoys {
+		b = b[:0]
 		v(e.Sidecar)
-		v(e.Gen)
 		v(b2int(e.Subscribed) | b2int(e.Has)<<1 | b2int(e.Replaced)<<2)
 		v(e.Max)
 		v(e.Tokens)
@@ -432,7 +447,30 @@ func (c RLQSConfig) key(s RLQSState) string {
 			v(msg.PerToken)
 			v(msg.Sent)
 		}
+		at := -1
+		if e.Sidecar >= 0 {
+			streams := s.Sidecars[e.Sidecar].Bucket.Streams
+			id := streamOf(i, e.Gen)
+			for j := range streams {
+				if streams[j].ID == id {
+					at = j
+				}
+			}
+			v(at)
+			if at >= 0 {
+				stream(streams[at])
+				matched++
+			}
+		}
+		envoys[i] = string(b)
 	}
+	slices.Sort(envoys)
+	b = b[:0]
+	v(s.Q)
+	v(s.Used)
+	v(s.Admitted)
+	v(s.Resets)
+	v(s.Deaths)
 	for _, sc := range s.Sidecars {
 		bk := sc.Bucket
 		v(sc.Wake)
@@ -444,14 +482,6 @@ func (c RLQSConfig) key(s RLQSState) string {
 		v(b2int(bk.Lease != 0))
 		tm(bk.RefusedUntil)
 		v(len(bk.Streams))
-		for _, st := range bk.Streams {
-			v(int(st.ID))
-			b = binary.AppendUvarint(b, math.Float64bits(st.Rate))
-			v(b2int(st.Known))
-			tm(st.Window)
-			v(int(st.Share))
-			tm(st.Live)
-		}
 		if r := sc.Reply; r != nil {
 			v(int(r.Grant.Granted))
 			tm(r.Grant.WindowEnd)
@@ -459,6 +489,25 @@ func (c RLQSConfig) key(s RLQSState) string {
 		} else {
 			v(-1)
 		}
+	}
+	if total := func() (n int) {
+		for _, sc := range s.Sidecars {
+			n += len(sc.Bucket.Streams)
+		}
+		return n
+	}(); total != matched {
+		// A stream no Envoy is on: the model never leaves one (a reset
+		// leaves, a death empties the machine), but encode it whole.
+		for _, sc := range s.Sidecars {
+			for _, st := range sc.Bucket.Streams {
+				v(int(st.ID))
+				stream(st)
+			}
+		}
+	}
+	for _, e := range envoys {
+		v(len(e))
+		b = append(b, e...)
 	}
 	return string(b)
 }

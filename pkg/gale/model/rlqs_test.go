@@ -49,6 +49,18 @@ var (
 		}
 		return true
 	}
+	// starved: a subscribed Envoy holds nothing while the others hold all
+	// of L (a mid-window subscriber gets only what is not assigned).
+	starved = func(c RLQSConfig, s RLQSState) bool {
+		held, idle := 0, false
+		for _, e := range s.Envoys {
+			if e.Has {
+				held += e.Max
+			}
+			idle = idle || e.Subscribed && !e.Has
+		}
+		return idle && held == c.Limit
+	}
 	// resetInWindow: a stream reset while its Envoy held a live bucket.
 	resetInWindow = func(c RLQSConfig, s RLQSState) bool {
 		for _, e := range s.Envoys {
@@ -68,11 +80,12 @@ var rlqsSpaces = []struct {
 	reaches             func(RLQSConfig, RLQSState) bool
 	states, transitions int
 }{
-	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 40530, 63091},
-	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 55836, 115859},
-	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 71908, 161395},
-	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 30480, 59499},
-	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 94478, 222319},
+	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 20269, 31557},
+	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 27922, 57941},
+	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 70666, 160015},
+	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 15244, 29761},
+	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 59344, 119881},
+	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 93804, 221581},
 	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 13984, 25644},
 	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 13642, 25066},
 	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 31236, 55998},
