@@ -77,9 +77,9 @@ type Filter struct {
 
 	mu        sync.Mutex
 	cache     *Cache
-	started   bool          // stream_tried_by_bucket_creation_
-	stream    *stream       // stream_; nil when closed
-	next      int           // endpoint to try first on the next open
+	started   bool    // stream_tried_by_bucket_creation_
+	stream    *stream // stream_; nil when closed
+	next      int     // endpoint to try first on the next open
 	stats     Stats
 	stop      chan struct{} // closed by Close
 	tickDone  chan struct{} // closed when the ticker goroutine ends
