@@ -185,7 +185,7 @@ func TestE2ERLQS(t *testing.T) {
 	for i, f := range envoys {
 		s := f.Stats()
 		messages += s.Messages
-		if f.Endpoint() == 0 {
+		if survivor := i / 4; f.Endpoint() == survivor { // sidecar 0 is endpoint 0 of Envoys 0-3, 1 of 4-7
 			endpointsOnZero++
 		}
 		t.Logf("envoy %d: allowed %d denied %d, messages %d (immediate %d), dropped %d, streams opened %d, failures %d", i, s.Allowed, s.Denied, s.Messages, s.ImmediateSent, s.Dropped, s.StreamOpens, s.StreamFailures)
