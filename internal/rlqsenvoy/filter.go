@@ -49,6 +49,10 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// OpenTimeout bounds opening a stream on one endpoint; 0 means 1 s.
 	OpenTimeout time.Duration
+	// OnResponse, when set, is called with each response after it is
+	// applied, at the clock's time, with the filter's lock held: it must
+	// not call the filter. For tests that log what the server sent.
+	OnResponse func(at time.Time, endpoint int, resp *rlqsv3.RateLimitQuotaResponse)
 }
 
 // Stats are counters of what the filter did. Messages counts every report
@@ -344,8 +348,12 @@ func (f *Filter) recvLoop(st *stream) {
 			return
 		}
 		if !f.closed {
-			f.stats.IgnoredActions += f.cache.apply(f.clk.Now(), resp)
+			now := f.clk.Now()
+			f.stats.IgnoredActions += f.cache.apply(now, resp)
 			f.stats.Responses++
+			if f.cfg.OnResponse != nil {
+				f.cfg.OnResponse(now, st.endpoint, resp)
+			}
 		}
 		f.mu.Unlock()
 	}

@@ -2,6 +2,7 @@ package rlqsenvoy
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,12 +102,20 @@ func TestReportsEveryIntervalForEveryBucket(t *testing.T) {
 // seconds of fill_interval.
 func TestTokenBucketEnforced(t *testing.T) {
 	srv := startTestServer(t, "")
-	f, clk := newTestFilter(t, Config{NoAssignment: blanket(false)}, srv)
+	var seen atomic.Int64
+	f, clk := newTestFilter(t, Config{NoAssignment: blanket(false), OnResponse: func(at time.Time, ep int, resp *rlqsv3.RateLimitQuotaResponse) {
+		if at.Equal(t0) && ep == 0 && len(resp.GetBucketAction()) == 1 {
+			seen.Add(1)
+		}
+	}}, srv)
 	f.Decide(bucketA)
 	srv.next(t)
 	// fill_interval 2.9 s is 2 whole seconds: 1 token / 2 s.
 	srv.respond(t, assign(bucketA, tokenBucketStrategy(5, 1, 2900*time.Millisecond), 60*time.Second))
 	waitResponses(t, f, 1)
+	if seen.Load() != 1 {
+		t.Fatalf("OnResponse saw %d responses, want 1", seen.Load())
+	}
 	if got := admits(f, bucketA, 10); got != 5 {
 		t.Fatalf("admitted %d of 10 on a fresh bucket, want max_tokens 5", got)
 	}

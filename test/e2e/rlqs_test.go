@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/throttlekit/throttlekit/internal/rlqsenvoy"
@@ -84,26 +85,51 @@ func (s storeClock) start(w int64) time.Time {
 	return time.Unix(0, w*int64(rlqsWindow)).Add(-s.offset)
 }
 
-// admissions counts admitted requests per store window.
+// admissions counts admitted requests per store window, in all and per
+// Envoy, and the token buckets the Envoys were assigned in each window.
 type admissions struct {
-	mu     sync.Mutex
-	byWin  map[int64]int
-	denied map[int64]int
+	mu       sync.Mutex
+	byWin    map[int64]int
+	denied   map[int64]int
+	perEnvoy map[int64]*[rlqsEnvoys]int
+	assigned map[int64]*[rlqsEnvoys]int64
 }
 
-func (a *admissions) add(w int64, ok bool) {
+func newAdmissions() *admissions {
+	return &admissions{byWin: map[int64]int{}, denied: map[int64]int{}, perEnvoy: map[int64]*[rlqsEnvoys]int{}, assigned: map[int64]*[rlqsEnvoys]int64{}}
+}
+
+func (a *admissions) add(w int64, envoy int, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ok {
-		a.byWin[w]++
-	} else {
+	if !ok {
 		a.denied[w]++
+		return
+	}
+	a.byWin[w]++
+	if a.perEnvoy[w] == nil {
+		a.perEnvoy[w] = new([rlqsEnvoys]int)
+	}
+	a.perEnvoy[w][envoy]++
+}
+
+// assign records the max_tokens of the token buckets resp assigns.
+func (a *admissions) assign(w int64, envoy int, resp *rlqsv3.RateLimitQuotaResponse) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, act := range resp.GetBucketAction() {
+		if tb := act.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb != nil {
+			if a.assigned[w] == nil {
+				a.assigned[w] = new([rlqsEnvoys]int64)
+			}
+			a.assigned[w][envoy] += int64(tb.GetMaxTokens())
+		}
 	}
 }
 
 // drive sends requests to f open loop at perWindow requests per window
 // until stop: at each wake-up, as many as are due since start.
-func drive(f *rlqsenvoy.Filter, perWindow float64, sc storeClock, adm *admissions, stop <-chan struct{}, wg *sync.WaitGroup) {
+func drive(f *rlqsenvoy.Filter, envoy int, perWindow float64, sc storeClock, adm *admissions, stop <-chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
 	bucket := map[string]string{"tenant": "acme"}
 	rate := perWindow / rlqsWindow.Seconds()
@@ -119,7 +145,8 @@ func drive(f *rlqsenvoy.Filter, perWindow float64, sc storeClock, adm *admission
 			due := int(now.Sub(start).Seconds() * rate)
 			for ; sent < due; sent++ {
 				t := time.Now()
-				adm.add(sc.window(t), f.Decide(bucket))
+				ok := f.Decide(bucket)
+				adm.add(sc.window(t), envoy, ok)
 			}
 		}
 	}
@@ -137,6 +164,7 @@ func TestE2ERLQS(t *testing.T) {
 	o := options{store: "redis", redisURL: r.URL(), args: rlqsServeArgs, files: map[string]string{"rlqs.yaml": rlqsPolicy()}}
 	sidecars := []*sidecar{startSidecar(t, o), startSidecar(t, o)}
 
+	adm := newAdmissions()
 	denyAll := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
 	envoys := make([]*rlqsenvoy.Filter, rlqsEnvoys)
 	for i := range envoys {
@@ -145,6 +173,9 @@ func TestE2ERLQS(t *testing.T) {
 			Domain:       rlqsDomain,
 			Servers:      []string{own.grpcAddr, other.grpcAddr},
 			NoAssignment: denyAll, // the configuration the bound needs (docs/rlqs.md)
+			OnResponse: func(at time.Time, _ int, resp *rlqsv3.RateLimitQuotaResponse) {
+				adm.assign(sc.window(at), i, resp)
+			},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -155,7 +186,6 @@ func TestE2ERLQS(t *testing.T) {
 
 	// Demand starts now; the first measured window is the first to begin at
 	// least rlqsWarm later (the windows before it are warm-up).
-	adm := &admissions{byWin: map[int64]int{}, denied: map[int64]int{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, f := range envoys {
@@ -164,7 +194,7 @@ func TestE2ERLQS(t *testing.T) {
 			demand = rlqsHot // the hot one is on sidecar 0
 		}
 		wg.Add(1)
-		go drive(f, demand, sc, adm, stop, &wg)
+		go drive(f, i, demand, sc, adm, stop, &wg)
 	}
 	warmFrom := sc.window(time.Now())
 	first := sc.window(time.Now().Add(rlqsWarm)) + 1
@@ -199,7 +229,7 @@ func TestE2ERLQS(t *testing.T) {
 	var admitted, steadyMin int
 	steadyMin = math.MaxInt
 	var table strings.Builder
-	fmt.Fprintf(&table, "window  admitted  denied  of L    note\n")
+	fmt.Fprintf(&table, "window  admitted  denied  of L    per Envoy admitted / assigned (0 is hot)  note\n")
 	for w := warmFrom; w < first+rlqsWindows; w++ {
 		n := adm.byWin[w]
 		note := events[w]
@@ -208,7 +238,19 @@ func TestE2ERLQS(t *testing.T) {
 		} else {
 			admitted += n
 		}
-		fmt.Fprintf(&table, "%6d  %8d  %6d  %5.1f%%  %s\n", w-first, n, adm.denied[w], 100*float64(n)/rlqsL, note)
+		var per []string
+		for e := 0; e < rlqsEnvoys; e++ {
+			var got int
+			var asg int64
+			if p := adm.perEnvoy[w]; p != nil {
+				got = p[e]
+			}
+			if p := adm.assigned[w]; p != nil {
+				asg = p[e]
+			}
+			per = append(per, fmt.Sprintf("%d/%d", got, asg))
+		}
+		fmt.Fprintf(&table, "%6d  %8d  %6d  %5.1f%%  %s  %s\n", w-first, n, adm.denied[w], 100*float64(n)/rlqsL, strings.Join(per, " "), note)
 		if n > rlqsL {
 			t.Errorf("window %d admitted %d > L = %d", w-first, n, rlqsL)
 		}
