@@ -50,6 +50,12 @@ const (
 // tree, which still tells a field set to its zero value from an absent one.
 func loadBootstrap(t *testing.T) (*bootstrapv3.Bootstrap, map[string]any) {
 	t.Helper()
+	return loadBootstrapFrom(t, configFile)
+}
+
+// loadBootstrapFrom is loadBootstrap for another file of this directory.
+func loadBootstrapFrom(t *testing.T, configFile string) (*bootstrapv3.Bootstrap, map[string]any) {
+	t.Helper()
 	raw, err := os.ReadFile(configFile)
 	if err != nil {
 		t.Fatal(err)

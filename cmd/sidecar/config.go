@@ -64,6 +64,8 @@ type serveConfig struct {
 	xds xdsConfig
 	// tracing exports OpenTelemetry spans (tracingflags.go).
 	tracing tracingConfig
+	// rlqs serves the Rate Limit Quota Service (rlqsflags.go); off by default.
+	rlqs rlqsConfig
 	// healthcheckPolicy and healthcheckStore: what /healthcheck, upstream's
 	// health check, requires besides not shutting down (upstream_health.go).
 	healthcheckPolicy, healthcheckStore bool
@@ -115,6 +117,7 @@ func parseServeFor(command string, args []string, getenv func(string) string, st
 	c.tls.define(fs)
 	c.xds.define(fs)
 	c.tracing.define(fs)
+	c.rlqs.define(fs)
 	fs.BoolVar(&c.healthcheckPolicy, "healthcheck-needs-policy", false, "/healthcheck (envoyproxy/ratelimit's health check) fails until a policy is loaded")
 	fs.BoolVar(&c.healthcheckStore, "healthcheck-needs-store", false, "/healthcheck fails while the store does not answer (a liveness probe on it then restarts replicas in a store outage)")
 	fs.BoolVar(&c.upstreamDefaults, "upstream-defaults", false, "take envoyproxy/ratelimit's defaults (listen on all interfaces, policy in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config) even when none of its variables is set; on when the binary runs as ratelimit (/bin/ratelimit)")
@@ -347,6 +350,9 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.tracing.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.rlqs.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.drainTimeout <= 0 || c.reloadDebounce < 0 {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -23,11 +24,13 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/throttlekit/throttlekit/internal/certs"
+	"github.com/throttlekit/throttlekit/internal/telemetry"
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/envoyrls"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+	"github.com/throttlekit/throttlekit/pkg/rlqsserver"
 	"github.com/throttlekit/throttlekit/pkg/source"
 )
 
@@ -139,6 +142,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		m.storeUp(up)
 		hs.SetServingStatus("", status)
 		hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, status)
+		if c.rlqs.enabled {
+			hs.SetServingStatus(rlqspb.RateLimitQuotaService_ServiceDesc.ServiceName, status)
+		}
 	})
 	if ping == nil {
 		probe.record(nil) // the memory store is this process's own: always up
@@ -211,6 +217,13 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	gs := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(gs, rls)
 	extprocv3.RegisterExternalProcessorServer(gs, envoyrls.NewProcessorServer(eng, envoyrls.ProcessorOptions{Observe: m.observeGate, Tracer: tracer, Costs: eng, Logger: log}))
+	quota, err := newQuotaServer(c, eng, m, log) // nil without --rlqs
+	if err != nil {
+		return err
+	}
+	if quota != nil {
+		rlqspb.RegisterRateLimitQuotaServiceServer(gs, quota)
+	}
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -264,6 +277,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	stopWatch()
 	hs.Shutdown()
 	healthcheck.stopping.Store(true)
+	if quota != nil {
+		quota.Shutdown() // RLQS streams last as long as their Envoy: end them, so the drain does not wait for them
+	}
 	drained := make(chan struct{})
 	go func() { gs.GracefulStop(); close(drained) }()
 	select {
@@ -276,6 +292,11 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	defer cancel()
 	_ = httpSrv.Shutdown(sctx)
 	metricsLis.shutdown(sctx)
+	if quota != nil {
+		if err := quota.Close(sctx); err != nil {
+			log.Warn("rlqs: store calls still running at shutdown", "error", err)
+		}
+	}
 	if err := eng.Close(sctx); err != nil {
 		log.Warn("returning leased credits", "error", err)
 	}
@@ -302,4 +323,25 @@ func engineOptions(c *serveConfig, store gale.Store, fed *federationParts, fleet
 func newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+}
+
+// newQuotaServer is the Rate Limit Quota Service over eng with --rlqs (nil
+// without), its metrics registered with m; the rules it would refuse are
+// logged by name.
+func newQuotaServer(c *serveConfig, eng *engine.Engine, m *metrics, log *slog.Logger) (*rlqsserver.Server, error) {
+	if !c.rlqs.enabled {
+		return nil, nil
+	}
+	opts := c.rlqs.options(c.storeTimeout)
+	opts.Resolver, opts.Logger = eng, log
+	quota, err := rlqsserver.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("--rlqs: %w", err)
+	}
+	m.reg.MustRegister(telemetry.RLQSCollector{Stats: quota.Stats})
+	for _, err := range eng.QuotaRefusals() {
+		log.Warn("rlqs: buckets matching this rule are answered DENY_ALL", "err", err)
+	}
+	log.Info("rlqs: serving the rate limit quota service", "guard", c.rlqs.guard)
+	return quota, nil
 }

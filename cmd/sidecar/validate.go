@@ -21,7 +21,9 @@ const validateUsage = "usage: throttlekit validate [serve's flags] [DIR...]\n\n"
 	"--region and --federation-url, distributed gates against --store redis and\n" +
 	"--postgres-url), without connecting to anything. Prints DIR: OK (N domains, M gates),\n" +
 	"or every problem as file:line: field: message. Exits 1 when a directory is invalid,\n" +
-	"holds no policy file, or would be refused by serve.\n\n"
+	"holds no policy file, or would be refused by serve. With --rlqs it also lists, as\n" +
+	"DIR: rlqs: ..., every rule the quota service would answer DENY_ALL for (RLS still\n" +
+	"serves them; they do not fail validation).\n\n"
 
 // validateArgs is validate's command line: serve's configuration, and the
 // policy directories to check.
@@ -56,11 +58,15 @@ func validate(args validateArgs, stdout, stderr io.Writer) bool {
 		if args.c.policyTree {
 			set, _, err = policy.LoadTree(dir)
 		}
+		var refused []error
 		if err == nil {
-			err = build(args.c, set)
+			refused, err = build(args.c, set)
 		}
 		if err == nil {
 			fmt.Fprintf(stdout, "%s: OK (%s, %s)\n", dir, count(len(set.Domains), "domain"), count(len(set.Gates), "gate"))
+			for _, r := range refused {
+				fmt.Fprintf(stdout, "%s: rlqs: %v\n", dir, r)
+			}
 			continue
 		}
 		ok = false
@@ -79,8 +85,9 @@ func validate(args validateArgs, stdout, stderr io.Writer) bool {
 // build loads set into an engine wired as serve wires it for c (the same
 // engineOptions, federation and fleet parts), whose stores and
 // coordinators are in memory: every refusal serve's wiring makes, without
-// connecting to anything.
-func build(c *serveConfig, set *policy.Set) error {
+// connecting to anything. With --rlqs it returns the rules the quota
+// service would refuse (engine.QuotaRefusals).
+func build(c *serveConfig, set *policy.Set) ([]error, error) {
 	log := slog.New(slog.DiscardHandler)
 	fleet := &fleetParts{nodeID: c.nodeID, log: log}
 	if c.store == "redis" {
@@ -100,10 +107,16 @@ func build(c *serveConfig, set *policy.Set) error {
 	}
 	e, err := engine.New(engineOptions(c, memstore.New(), fed, fleet, log))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer e.Close(context.Background()) //nolint:errcheck // a throwaway engine
-	return e.Load(context.Background(), set)
+	if err := e.Load(context.Background(), set); err != nil {
+		return nil, err
+	}
+	if c.rlqs.enabled {
+		return e.QuotaRefusals(), nil
+	}
+	return nil, nil
 }
 
 // count is "1 gate", "2 gates", "0 gates".

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/rlqs"
+	"github.com/throttlekit/throttlekit/pkg/rlqsserver"
+)
+
+// rlqsConfig is the Rate Limit Quota Service on the gRPC listener
+// (pkg/rlqsserver): off unless --rlqs.
+type rlqsConfig struct {
+	enabled bool
+	// guard is how long before its window's end an assignment expires at
+	// the Envoy: it must exceed one-way delivery latency for the bound.
+	guard time.Duration
+	// abandonIdle abandons subscriptions idle this long; 0: never.
+	abandonIdle time.Duration
+}
+
+func (r *rlqsConfig) define(fs *flag.FlagSet) {
+	fs.BoolVar(&r.enabled, "rlqs", false, "serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3, filter envoy.filters.http.rate_limit_quota) on the gRPC listener: buckets match the same policy as RLS, and each window this sidecar leases units from the store and assigns them to its Envoys as token buckets that expire before the window ends")
+	fs.DurationVar(&r.guard, "rlqs-guard", rlqs.DefaultGuard, "with --rlqs, how long before its window's end an assignment expires: longer than one-way delivery to Envoy, or an assignment may outlive its window (at most 1s)")
+	fs.DurationVar(&r.abandonIdle, "rlqs-abandon-idle", rlqsserver.DefaultAbandonIdle, "with --rlqs, tell an Envoy to drop a bucket it has reported no request for this long (it subscribes again on its next request, which its no_assignment_behavior decides); 0: never")
+}
+
+func (r *rlqsConfig) validate() error {
+	var errs []error
+	if r.guard <= 0 || r.guard > time.Second {
+		errs = append(errs, fmt.Errorf("--rlqs-guard %v: want more than 0 and at most 1s (assignments live in whole seconds, windows at least 2s)", r.guard))
+	}
+	if r.abandonIdle < 0 {
+		errs = append(errs, fmt.Errorf("--rlqs-abandon-idle %v: must be ≥ 0 (0: never)", r.abandonIdle))
+	} else if r.abandonIdle > 0 && r.abandonIdle < time.Minute {
+		errs = append(errs, fmt.Errorf("--rlqs-abandon-idle %v: at least 1m (Envoy reports every 5s; abandoning makes its next request resubscribe), or 0 for never", r.abandonIdle))
+	}
+	return errors.Join(errs...)
+}
+
+// options are the server's options over resolver r.
+func (r *rlqsConfig) options(storeTimeout time.Duration) rlqsserver.Options {
+	o := rlqsserver.Options{Guard: r.guard, StoreTimeout: storeTimeout, AbandonIdle: r.abandonIdle}
+	if r.abandonIdle == 0 {
+		o.AbandonIdle = -1 // never
+	}
+	return o
+}

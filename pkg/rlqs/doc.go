@@ -1,0 +1,53 @@
+// Package rlqs is the assignment machine of the Rate Limit Quota Service
+// (Envoy's envoy.service.rate_limit_quota.v3) as a throttlekit sidecar serves
+// it: for one bucket (one counter key of a windowed limit) on one serving
+// sidecar, what the Envoys connected to it report, what the sidecar leased
+// from the shared store (L2) for the window in place, and what it assigned
+// to whom.
+//
+// The Machine is pure — no clock, no goroutines, no locks, no I/O —, as
+// gale.Machine is: every instant is an argument, and what the driver must
+// do (a lease to ask the store, units to give back to the store's window,
+// assignments to send to Envoys, when to tick next) is returned as an
+// Actions value. The gRPC service (pkg/rlqsserver) is one driver;
+// pkg/gale/model's RLQS model is another, which enumerates the
+// interleavings of these events for a few Envoys and sidecars against an
+// abstract store and real Envoy-like token buckets.
+//
+// # The protocol it serves
+//
+// Each window, once the window has begun, the sidecar leases from the store
+// what its connected Envoys' reported demand predicts for the window (demand
+// rate = (allowed+denied)/time_elapsed, smoothed), at most the limit, and
+// splits what it was granted among them by demand, with largest-remainder
+// rounding. Each Envoy gets one TokenBucket per window:
+//
+//	max_tokens = its share, tokens_per_fill = 1,
+//	fill_interval = whole seconds ≥ 2 × window (refill within the TTL < 1 token),
+//	assignment_time_to_live = floor((windowEnd − now − Guard) / 1 s) whole seconds,
+//
+// and nothing when that TTL is under one second. Every assignment therefore
+// expires at the Envoy before its window ends, provided one-way delivery
+// takes less than Guard, and the next window's assignment finds no live
+// bucket: Envoy builds a new, full one.
+//
+// Accounting is conservative. An assignment sent costs its full max_tokens
+// against what the sidecar leased for its window. Nothing sent is ever
+// given back or reassigned within its window: an Envoy that leaves keeps
+// enforcing its cached assignment until its TTL, so its share comes back
+// only when the window ends. An Envoy that subscribes mid-window (the
+// first report of the bucket on its stream; a reconnect is a new
+// subscriber) gets only what is not assigned: the sidecar leases for it
+// (demand unknown: the bucket's mean per-Envoy demand, prorated to the time
+// left) and assigns what it got. An Envoy that holds an assignment in the
+// window is never topped up: on Envoy versions where a replaced bucket
+// starts full, a top-up would admit more than it was charged; on newer ones
+// it starts at the old bucket's depleted ratio and would admit less than
+// asked. Units leased and not assigned go back to the store's window as
+// soon as they are known unneeded.
+//
+// Bound: Σ admitted per window ≤ Σ max_tokens sent for it ≤ leased ≤ L,
+// when one-way delivery latency is under Guard. RequestsPerTimeUnit (which
+// Envoy does not enforce) and blanket actions are never sent by the
+// machine; blanket ALLOW_ALL for buckets without a limit is the driver's.
+package rlqs

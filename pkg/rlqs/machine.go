@@ -1,0 +1,320 @@
+package rlqs
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+)
+
+// DefaultGuard is Machine.Guard's zero value: the margin an assignment
+// expires by before its window ends, covering one-way delivery latency.
+const DefaultGuard = 250 * time.Millisecond
+
+// MinWindow is the shortest window the machine serves: an assignment needs
+// a whole second of TTL after the Guard.
+const MinWindow = 2 * time.Second
+
+// DefaultMaxStreams is Machine.MaxStreams's zero value.
+const DefaultMaxStreams = 4096
+
+// Errors returned by the Machine.
+var (
+	// ErrInvalidMachine is wrapped by Validate's errors.
+	ErrInvalidMachine = errors.New("rlqs: invalid machine")
+	// ErrInvalidReport is returned by Report for counts or an elapsed time
+	// out of range; the bucket is unchanged.
+	ErrInvalidReport = errors.New("rlqs: invalid report")
+	// ErrTooManyStreams is returned by Report for a new stream when the
+	// bucket has MaxStreams already; the bucket is unchanged.
+	ErrTooManyStreams = errors.New("rlqs: too many streams on one bucket")
+)
+
+// MaxReportCount is the most requests (allowed + denied) one report may
+// carry; more is ErrInvalidReport.
+const MaxReportCount = gale.MaxLimit
+
+// Machine is the assignment protocol of one bucket on one serving sidecar:
+// the transitions of a Bucket. It is pure (no locks, goroutines, clock or
+// I/O) and a small value; a Machine is safe for concurrent use, a Bucket
+// is not (its driver serialises the calls on one bucket).
+//
+// Instants are the sidecar's clock; the store's instants are mapped to it
+// by their distance from gale.Grant.Now, as gale.Machine does.
+type Machine struct {
+	// Limit is L, the units per window of the bucket's limit. 1..gale.MaxLimit.
+	Limit int64
+	// Window is the limit's window, at least MinWindow (2 s).
+	Window time.Duration
+	// Guard is how long before its window's end an assignment expires
+	// (covering one-way delivery latency); 0 means DefaultGuard.
+	Guard time.Duration
+	// MaxStreams bounds the streams one bucket tracks; 0 means
+	// DefaultMaxStreams.
+	MaxStreams int
+	// Fault is a deliberate defect, for the model's mutation checks only:
+	// the zero value in every real server.
+	Fault Fault
+}
+
+// Fault names a deliberate defect of a Machine. The model must find each.
+type Fault uint8
+
+const (
+	// FaultCeilTTL rounds an assignment's TTL up, without the Guard: the
+	// assignment outlives its window.
+	FaultCeilTTL Fault = 1 << iota
+	// FaultNoGuard rounds the TTL down but without the Guard: the
+	// assignment outlives its window when delivery takes time.
+	FaultNoGuard
+	// FaultTopUpDifference tops up an Envoy that holds an assignment and
+	// reports more demand mid-window, charging only the increase of
+	// max_tokens (a replacement starts full on older Envoys).
+	FaultTopUpDifference
+	// FaultRefreshTTL resends an Envoy's assignment (an "equal" bucket,
+	// which keeps its tokens) on each of its reports with a TTL of a whole
+	// window: the live bucket reaches past its window.
+	FaultRefreshTTL
+	// FaultReassignOnLeave gives a leaving Envoy's share back to the store
+	// mid-window, while the Envoy may still enforce its cached assignment.
+	FaultReassignOnLeave
+)
+
+// StreamID names one Envoy stream (one StreamRateLimitQuotas call) to the
+// machine; the driver chooses them. A reconnect is a new stream.
+type StreamID uint64
+
+// Bucket is all state of one bucket on one sidecar. The zero value is a
+// bucket nobody has reported.
+type Bucket struct {
+	// Streams are the streams subscribed to the bucket, in subscription
+	// order.
+	Streams []Stream
+	// WindowEnd is the store window (store clock) of the newest grant, and
+	// Until its end on the sidecar's clock; zero before any grant.
+	WindowEnd time.Time
+	Until     time.Time
+	// Leased is what the sidecar leased from WindowEnd's window, Sent the
+	// max_tokens sent out of it, Returned what went back. Invariant:
+	// Sent + Returned ≤ Leased.
+	Leased, Sent, Returned int64
+	// Lease names the lease in flight, 0 when none (at most one per
+	// bucket); Leases counts the leases begun, naming each. LeaseSent is
+	// when the one in flight was asked.
+	Lease     uint64
+	Leases    uint64
+	LeaseSent time.Time
+	// RefusedUntil: the store granted nothing; no lease is asked before it
+	// (sidecar clock).
+	RefusedUntil time.Time
+	// Last is the latest instant the bucket has seen; an earlier instant
+	// passed in is taken as Last.
+	Last time.Time
+
+	out [1]Assignment // scratch for one assignment without allocating
+	buf []Assignment  // scratch for a landing's assignments
+	sc  split         // scratch for a landing's split
+}
+
+// Stream is one Envoy stream's view of the bucket.
+type Stream struct {
+	ID StreamID
+	// Rate is the smoothed demand, requests per second, when Known (a
+	// report with time elapsed has arrived).
+	Rate  float64
+	Known bool
+	// Window is the store window (WindowEnd) of the assignment the stream
+	// was sent, Share its max_tokens, Live the latest instant it may be
+	// enforced (sent + TTL + Guard). Zero Window: none yet.
+	Window time.Time
+	Share  int64
+	Live   time.Time
+}
+
+// Assignment is a TokenBucket QuotaAssignmentAction to send on a stream.
+type Assignment struct {
+	Stream StreamID
+	// MaxTokens is the bucket's size and its whole cost; TokensPerFill is 1.
+	MaxTokens, TokensPerFill int64
+	// FillInterval and TTL are whole seconds; TTL ≥ 1 s.
+	FillInterval, TTL time.Duration
+}
+
+// LeaseAsk is a lease the driver asks the store for: Store.Lease(key, rule,
+// Min, Max, at the call's now), landed with Landed or Failed naming ID.
+type LeaseAsk struct {
+	ID       uint64
+	Min, Max int64
+}
+
+// Actions is what the driver must do after an event, in this order: give
+// back Return (when Return.Credits > 0), send Assign, ask Lease (when
+// Lease.ID ≠ 0), and call Tick at Wake (when not zero). Assign is scratch
+// of the Bucket, valid until the next call on it.
+type Actions struct {
+	Return gale.Return
+	Assign []Assignment
+	Lease  LeaseAsk
+	Wake   time.Time
+}
+
+// Validate reports whether m can serve.
+func (m *Machine) Validate() error {
+	switch {
+	case m.Limit < 1 || m.Limit > gale.MaxLimit:
+		return fmt.Errorf("%w: limit %d outside 1..%d", ErrInvalidMachine, m.Limit, int64(gale.MaxLimit))
+	case m.Window < MinWindow:
+		return fmt.Errorf("%w: window %v is shorter than %v", ErrInvalidMachine, m.Window, MinWindow)
+	case m.Window > gale.MaxPeriod:
+		return fmt.Errorf("%w: window %v is longer than %v", ErrInvalidMachine, m.Window, gale.MaxPeriod)
+	case m.Guard < 0 || m.Guard > m.Window-time.Second:
+		return fmt.Errorf("%w: guard %v outside 0..window−1s", ErrInvalidMachine, m.Guard)
+	case m.MaxStreams < 0:
+		return fmt.Errorf("%w: max streams %d < 0", ErrInvalidMachine, m.MaxStreams)
+	}
+	return nil
+}
+
+// Report handles a usage report of the bucket from stream s at now:
+// allowed and denied requests over elapsed (0 for a subscription's first
+// report). The first report on a stream subscribes it. It returns
+// ErrInvalidReport for counts or elapsed out of range, ErrTooManyStreams
+// past MaxStreams; the bucket is then unchanged. It allocates only when
+// the stream is new and the bucket's slice must grow.
+func (m *Machine) Report(b *Bucket, now time.Time, s StreamID, allowed, denied uint64, elapsed time.Duration) (Actions, error) {
+	if allowed > MaxReportCount || denied > MaxReportCount || allowed+denied > MaxReportCount {
+		return Actions{}, fmt.Errorf("%w: %d allowed and %d denied: more than %d", ErrInvalidReport, allowed, denied, int64(MaxReportCount))
+	}
+	if elapsed < 0 {
+		return Actions{}, fmt.Errorf("%w: time elapsed %v < 0", ErrInvalidReport, elapsed)
+	}
+	i := b.find(s)
+	if i < 0 {
+		if len(b.Streams) >= m.maxStreams() {
+			return Actions{}, fmt.Errorf("%w: %d", ErrTooManyStreams, len(b.Streams))
+		}
+		b.Streams = append(b.Streams, Stream{ID: s})
+		i = len(b.Streams) - 1
+	}
+	now = b.clamp(now)
+	st := &b.Streams[i]
+	if elapsed > 0 {
+		r := float64(allowed+denied) / elapsed.Seconds()
+		if st.Known {
+			r = (st.Rate + r) / 2
+		}
+		st.Rate, st.Known = r, true
+	}
+	var a Actions
+	if m.Fault&FaultRefreshTTL != 0 && b.current(st, now) {
+		ttl := m.Window.Truncate(time.Second)
+		st.Live = now.Add(ttl + m.guard())
+		b.out[0] = Assignment{Stream: s, MaxTokens: st.Share, TokensPerFill: 1, FillInterval: m.fillInterval(), TTL: ttl}
+		a.Assign = b.out[:]
+	}
+	m.next(b, now, &a)
+	return a, nil
+}
+
+// Leave handles stream s leaving at now (stream closed or reset). Its
+// assignment stays charged: the Envoy enforces it until its TTL. Leaving
+// a stream the bucket does not know changes nothing.
+func (m *Machine) Leave(b *Bucket, now time.Time, s StreamID) Actions {
+	now = b.clamp(now)
+	var a Actions
+	i := b.find(s)
+	if i < 0 {
+		m.next(b, now, &a)
+		return a
+	}
+	st := b.Streams[i]
+	if m.Fault&FaultReassignOnLeave != 0 && b.current(&st, now) && st.Share > 0 {
+		b.Sent -= st.Share
+		b.Returned += st.Share
+		a.Return = gale.Return{Credits: st.Share, WindowEnd: b.WindowEnd, At: now}
+	}
+	b.Streams = append(b.Streams[:i], b.Streams[i+1:]...)
+	m.next(b, now, &a)
+	return a
+}
+
+// Tick handles time passing to now: a window that has ended starts the
+// next window's lease for the streams connected.
+func (m *Machine) Tick(b *Bucket, now time.Time) Actions {
+	now = b.clamp(now)
+	var a Actions
+	m.next(b, now, &a)
+	return a
+}
+
+// Landed lands lease id's grant g at now; sent is when the lease was asked
+// (the store's instants are mapped to the sidecar's clock from it, as
+// gale.Machine.Landed does). It splits the grant among the streams
+// without an assignment in the grant's window, by demand, and gives back
+// what is not assigned. A grant of nothing is a refusal: no lease is asked
+// before its RetryAfter. A grant of a lease not in flight goes back whole.
+func (m *Machine) Landed(b *Bucket, id uint64, sent, now time.Time, g gale.Grant) Actions {
+	now = b.clamp(now)
+	var a Actions
+	if id == 0 || id != b.Lease || g.Granted < 0 {
+		if g.Granted > 0 {
+			a.Return = gale.Return{Credits: g.Granted, WindowEnd: g.WindowEnd, At: now}
+		}
+		m.next(b, now, &a)
+		return a
+	}
+	b.Lease = 0
+	if g.Granted == 0 {
+		b.RefusedUntil = later(sent.Add(g.Decision.RetryAfter), now.Add(m.guard()))
+		m.next(b, now, &a)
+		return a
+	}
+	if g.WindowEnd.IsZero() || g.WindowEnd.Before(b.WindowEnd) {
+		// A strategy without windows, or an older window than the one in
+		// place: nothing to assign from it.
+		a.Return = gale.Return{Credits: g.Granted, WindowEnd: g.WindowEnd, At: now}
+		m.next(b, now, &a)
+		return a
+	}
+	until := sent.Add(g.WindowEnd.Sub(g.Now))
+	if !g.WindowEnd.Equal(b.WindowEnd) {
+		b.WindowEnd, b.Until = g.WindowEnd, until
+		b.Leased, b.Sent, b.Returned = 0, 0, 0
+	} else if until.Before(b.Until) {
+		b.Until = until // the earlier mapping is the safer
+	}
+	b.Leased += g.Granted
+	left := m.assign(b, now, g.Granted, &a)
+	if left > 0 {
+		b.Returned += left
+		a.Return = gale.Return{Credits: left, WindowEnd: b.WindowEnd, At: now}
+		if a.Assign == nil && !now.Before(b.Until.Add(-m.guard()-time.Second)) {
+			// Too late in the window to assign anything: no lease until
+			// the store's window has moved on.
+			b.RefusedUntil = later(b.Until, now.Add(m.guard()))
+		}
+	}
+	m.next(b, now, &a)
+	return a
+}
+
+// Failed ends lease id, which the store did not answer; the next Tick or
+// report asks again.
+func (m *Machine) Failed(b *Bucket, id uint64, now time.Time) Actions {
+	now = b.clamp(now)
+	if id != 0 && id == b.Lease {
+		b.Lease = 0
+		b.RefusedUntil = now.Add(m.guard()) // not at once: the store is failing
+	}
+	var a Actions
+	m.next(b, now, &a)
+	return a
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

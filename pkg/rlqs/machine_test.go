@@ -1,0 +1,336 @@
+package rlqs_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/rlqs"
+)
+
+var m10 = rlqs.Machine{Limit: 50, Window: 10 * time.Second}
+
+// subscribe3 subscribes streams 1..3 in the first window and has them
+// report demands of 1, 2 and 7 requests per second.
+func subscribe3(r *rig) {
+	for s := rlqs.StreamID(1); s <= 3; s++ {
+		r.report(t0.Add(100*time.Millisecond), s, 0, 1, 0)
+	}
+	r.report(t0.Add(5*time.Second), 1, 5, 0, 5*time.Second)
+	r.report(t0.Add(5*time.Second), 2, 0, 10, 5*time.Second)
+	r.report(t0.Add(5*time.Second), 3, 5, 30, 5*time.Second)
+}
+
+func TestWindowSplitByDemand(t *testing.T) {
+	r := newRig(t, m10)
+	subscribe3(r)
+	// Nothing is known at the first subscription: stream 1 is leased the
+	// limit's pace for the 9.9 s left (50), and the others find the window
+	// fully leased.
+	if got := r.shares(0); len(got) != 1 || got[1] != 50 {
+		t.Fatalf("first window: %v, want stream 1 alone with 50", r.sent)
+	}
+	if r.sent[0].TTL != 9*time.Second || r.sent[0].FillInterval != 20*time.Second || r.sent[0].TokensPerFill != 1 {
+		t.Fatalf("first assignment %+v: want TTL 9 s (floor of 9.9 − 0.25), fill 20 s, 1 per fill", r.sent[0])
+	}
+	n := len(r.sent)
+	r.tick(t0.Add(10 * time.Second))
+	got := r.shares(n)
+	if got[1] != 5 || got[2] != 10 || got[3] != 35 {
+		t.Fatalf("second window shares %v, want 5, 10, 35 (demands 10, 20, 70 of 50)", got)
+	}
+	for _, s := range r.sent[n:] {
+		if s.TTL != 9*time.Second {
+			t.Errorf("%v: want TTL 9 s", s)
+		}
+	}
+	if r.b.Leased != 50 || r.b.Sent != 50 {
+		t.Errorf("leased %d sent %d, want 50 50", r.b.Leased, r.b.Sent)
+	}
+}
+
+func TestLargestRemainder(t *testing.T) {
+	r := newRig(t, rlqs.Machine{Limit: 10, Window: 10 * time.Second})
+	for s := rlqs.StreamID(1); s <= 3; s++ {
+		r.report(t0.Add(time.Second), s, 0, 1, 0)
+	}
+	for s := rlqs.StreamID(1); s <= 3; s++ {
+		r.report(t0.Add(5*time.Second), s, 10, 0, 5*time.Second) // 2/s each
+	}
+	n := len(r.sent)
+	r.tick(t0.Add(10 * time.Second))
+	got := r.shares(n)
+	// 10 among three equal demands of 20: 3.33 each, the remainder's unit
+	// to the earliest subscriber.
+	if got[1] != 4 || got[2] != 3 || got[3] != 3 {
+		t.Fatalf("shares %v, want 4 3 3", got)
+	}
+}
+
+func TestMidWindowSubscriberGetsOnlyUnassigned(t *testing.T) {
+	m := rlqs.Machine{Limit: 100, Window: 10 * time.Second}
+	r := newRig(t, m)
+	r.report(t0.Add(100*time.Millisecond), 1, 0, 1, 0)
+	r.report(t0.Add(5*time.Second), 1, 10, 0, 5*time.Second) // 2/s
+	r.tick(t0.Add(10 * time.Second))                         // window 2: 20 leased and sent
+	if r.b.Leased != 20 || r.b.Sent != 20 {
+		t.Fatalf("leased %d sent %d, want 20 20", r.b.Leased, r.b.Sent)
+	}
+	n := len(r.sent)
+	// A subscriber at 15 s: unknown demand, the mean rate (2/s) over the
+	// 5 s left: 10, from the 80 not leased.
+	r.report(t0.Add(15*time.Second), 2, 0, 1, 0)
+	if got := r.shares(n); len(got) != 1 || got[2] != 10 {
+		t.Fatalf("subscriber got %v, want stream 2 alone with 10", got)
+	}
+	if r.b.Leased != 30 || r.store.used != 30 {
+		t.Fatalf("leased %d, store used %d: want 30 30", r.b.Leased, r.store.used)
+	}
+
+	// When the window is fully leased, a subscriber gets nothing, and
+	// nobody's share is touched.
+	r2 := newRig(t, m10)
+	subscribe3(r2)
+	r2.tick(t0.Add(10 * time.Second))
+	n = len(r2.sent)
+	r2.report(t0.Add(12*time.Second), 4, 0, 1, 0)
+	if len(r2.sent) != n || r2.pending != nil {
+		t.Fatalf("subscriber to a fully leased window: sent %v", r2.sent[n:])
+	}
+	if r2.b.Lease != 0 {
+		t.Fatalf("lease %d asked of a fully leased window", r2.b.Lease)
+	}
+}
+
+func TestLeaveKeepsUnitsChargedUntilWindowEnd(t *testing.T) {
+	r := newRig(t, m10)
+	subscribe3(r)
+	r.tick(t0.Add(10 * time.Second))
+	r.leave(t0.Add(12*time.Second), 3) // held 35
+	if r.ret != 0 || r.b.Sent != 50 {
+		t.Fatalf("leave returned %d, sent now %d: want 0 and 50 (the Envoy enforces its 35 until its TTL)", r.ret, r.b.Sent)
+	}
+	// Its reconnect is a new subscriber: nothing is left in the window.
+	n := len(r.sent)
+	r.report(t0.Add(13*time.Second), 33, 0, 1, 0)
+	if len(r.sent) != n {
+		t.Fatalf("reconnect got %v mid-window", r.sent[n:])
+	}
+	// The next window splits among who is there.
+	r.tick(t0.Add(20 * time.Second))
+	got := r.shares(n)
+	if _, ok := got[3]; ok || got[33] == 0 {
+		t.Fatalf("third window: %v, want the reconnect served and the gone stream not", got)
+	}
+}
+
+func TestFaultReassignOnLeaveGivesBack(t *testing.T) {
+	m := m10
+	m.Fault = rlqs.FaultReassignOnLeave
+	r := newRig(t, m)
+	subscribe3(r)
+	r.tick(t0.Add(10 * time.Second))
+	r.leave(t0.Add(12*time.Second), 3)
+	if r.ret != 35 {
+		t.Fatalf("faulty leave returned %d, want 35", r.ret)
+	}
+}
+
+func TestTTL(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		guard time.Duration
+		fault rlqs.Fault
+		at    time.Duration // landing instant in the window of 10 s
+		want  time.Duration // 0: nothing sent, all returned
+	}{
+		{"floor", 0, 0, 6300 * time.Millisecond, 3 * time.Second},       // 3.7 − .25
+		{"just one second", 0, 0, 8750 * time.Millisecond, time.Second}, // 1.25 − .25
+		{"under one second", 0, 0, 8800 * time.Millisecond, 0},          // 0.95
+		{"guard covers it", 500 * time.Millisecond, 0, 8600 * time.Millisecond, 0},
+		{"guard leaves one", 500 * time.Millisecond, 0, 8500 * time.Millisecond, time.Second},
+		{"ceil fault outlives", 0, rlqs.FaultCeilTTL, 6300 * time.Millisecond, 4 * time.Second},
+		{"no guard fault", 0, rlqs.FaultNoGuard, 8800 * time.Millisecond, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := rlqs.Machine{Limit: 10, Window: 10 * time.Second, Guard: tc.guard, Fault: tc.fault}
+			r := newRig(t, m)
+			r.report(t0.Add(tc.at), 1, 0, 1, 0)
+			switch {
+			case tc.want == 0 && (len(r.sent) != 0 || r.ret != r.b.Leased || r.ret == 0):
+				t.Fatalf("sent %v, returned %d of %d: want nothing sent, all returned", r.sent, r.ret, r.b.Leased)
+			case tc.want != 0 && (len(r.sent) != 1 || r.sent[0].TTL != tc.want):
+				t.Fatalf("sent %v, want one with TTL %v", r.sent, tc.want)
+			}
+			if tc.want == 0 {
+				// No lease again before the window has moved on.
+				r.report(t0.Add(tc.at+100*time.Millisecond), 1, 0, 1, 100*time.Millisecond)
+				if r.b.Leases != 1 {
+					t.Fatalf("%d leases, want 1", r.b.Leases)
+				}
+			}
+		})
+	}
+}
+
+// TestAssignmentsEndBeforeWindow: over many windows of reports, every
+// assignment (sent + TTL + Guard) ends by its window's end, and no stream
+// is sent two in one window (no equal resend); under FaultRefreshTTL the
+// check fails.
+func TestAssignmentsEndBeforeWindow(t *testing.T) {
+	for _, tc := range []struct {
+		fault rlqs.Fault
+		bad   bool
+	}{{0, false}, {rlqs.FaultRefreshTTL, true}, {rlqs.FaultCeilTTL, true}} {
+		m := m10
+		m.Fault = tc.fault
+		r := newRig(t, m)
+		subscribe3(r)
+		for at := 5 * time.Second; at < 60*time.Second; at += 1700 * time.Millisecond {
+			for s := rlqs.StreamID(1); s <= 3; s++ {
+				r.report(t0.Add(at), s, uint64(s), 1, 1700*time.Millisecond)
+			}
+			r.tick(t0.Add(at))
+		}
+		bad := 0
+		per := map[[2]int64]int{}
+		for _, s := range r.sent {
+			if s.at.Add(s.TTL + rlqs.DefaultGuard).After(s.until) {
+				bad++
+			}
+			k := [2]int64{int64(s.Stream), s.until.Unix()}
+			if per[k]++; per[k] > 1 {
+				bad++
+			}
+		}
+		if (bad > 0) != tc.bad {
+			t.Errorf("fault %d: %d bad assignments of %d, want bad %v", tc.fault, bad, len(r.sent), tc.bad)
+		}
+	}
+}
+
+func TestReturnsUnassigned(t *testing.T) {
+	r := newRig(t, m10)
+	r.hold = true
+	subscribe3(r) // one lease in flight, for stream 1 (50)
+	if len(r.pending) != 1 {
+		t.Fatalf("%d leases in flight, want 1", len(r.pending))
+	}
+	// Everyone leaves before it lands: all goes back.
+	for s := rlqs.StreamID(1); s <= 3; s++ {
+		r.leave(t0.Add(6*time.Second), s)
+	}
+	r.land(t0.Add(6 * time.Second))
+	if r.ret != 50 || r.store.used != 0 || len(r.sent) != 0 {
+		t.Fatalf("returned %d, store used %d, sent %v: want all 50 back", r.ret, r.store.used, r.sent)
+	}
+	if r.b.Sent+r.b.Returned != r.b.Leased {
+		t.Fatalf("sent %d + returned %d ≠ leased %d", r.b.Sent, r.b.Returned, r.b.Leased)
+	}
+	// A grant of a lease not in flight goes back whole.
+	a := r.m.Landed(&r.b, 99, t0.Add(7*time.Second), t0.Add(7*time.Second), gale.Grant{Granted: 4, WindowEnd: t0.Add(10 * time.Second), Now: t0.Add(7 * time.Second)})
+	if a.Return.Credits != 4 || len(a.Assign) != 0 {
+		t.Fatalf("stray grant: %+v, want its 4 back", a)
+	}
+}
+
+func TestOneLeaseInFlight(t *testing.T) {
+	r := newRig(t, m10)
+	r.hold = true
+	for s := rlqs.StreamID(1); s <= 5; s++ {
+		r.report(t0.Add(time.Duration(s)*100*time.Millisecond), s, 0, 1, 0)
+	}
+	r.tick(t0.Add(time.Second))
+	if len(r.pending) != 1 {
+		t.Fatalf("%d leases asked, want 1", len(r.pending))
+	}
+	// It lands for everyone subscribed meanwhile.
+	r.land(t0.Add(time.Second))
+	if got := r.shares(0); len(got) != 5 {
+		t.Fatalf("shares %v, want all 5 served from the one lease", got)
+	}
+}
+
+func TestBadInputs(t *testing.T) {
+	r := newRig(t, m10)
+	if _, err := r.m.Report(&r.b, t0, 1, rlqs.MaxReportCount, 1, time.Second); !errors.Is(err, rlqs.ErrInvalidReport) {
+		t.Errorf("huge counts: %v", err)
+	}
+	if _, err := r.m.Report(&r.b, t0, 1, ^uint64(0), ^uint64(0), time.Second); !errors.Is(err, rlqs.ErrInvalidReport) {
+		t.Errorf("overflowing counts: %v", err)
+	}
+	if _, err := r.m.Report(&r.b, t0, 1, 1, 0, -time.Second); !errors.Is(err, rlqs.ErrInvalidReport) {
+		t.Errorf("negative elapsed: %v", err)
+	}
+	if len(r.b.Streams) != 0 {
+		t.Fatalf("bad reports subscribed %v", r.b.Streams)
+	}
+	// Elapsed 0 with counts: a subscription, no rate.
+	r.report(t0.Add(time.Second), 1, 7, 7, 0)
+	if r.b.Streams[0].Known {
+		t.Errorf("elapsed 0 made a rate")
+	}
+	// Zero counts over time: a known rate of 0, no demand.
+	r.report(t0.Add(2*time.Second), 2, 0, 0, time.Second)
+	if st := r.b.Streams[1]; !st.Known || st.Rate != 0 {
+		t.Errorf("zero counts: %+v", st)
+	}
+	// Time going backwards is taken as the latest instant seen.
+	last := r.b.Last
+	r.report(t0.Add(-time.Hour), 1, 1, 0, time.Second)
+	r.tick(t0.Add(-time.Hour))
+	if !r.b.Last.Equal(last) {
+		t.Errorf("time went back to %v", r.b.Last)
+	}
+	for _, s := range r.sent {
+		if s.at.Add(s.TTL).After(s.until) {
+			t.Errorf("%v outlives its window", s)
+		}
+	}
+	// Too many streams.
+	m := m10
+	m.MaxStreams = 2
+	r2 := newRig(t, m)
+	r2.report(t0, 1, 0, 1, 0)
+	r2.report(t0, 2, 0, 1, 0)
+	if _, err := r2.m.Report(&r2.b, t0, 3, 0, 1, 0); !errors.Is(err, rlqs.ErrTooManyStreams) {
+		t.Errorf("third stream: %v", err)
+	}
+	// Leave and Failed of what the bucket does not know change nothing.
+	r2.leave(t0, 9)
+	r2.do(t0, r2.m.Failed(&r2.b, 77, t0))
+	if len(r2.b.Streams) != 2 {
+		t.Errorf("streams %v", r2.b.Streams)
+	}
+	for _, bad := range []rlqs.Machine{
+		{Limit: 0, Window: 10 * time.Second},
+		{Limit: gale.MaxLimit + 1, Window: 10 * time.Second},
+		{Limit: 1, Window: time.Second},
+		{Limit: 1, Window: 2 * time.Second, Guard: 1500 * time.Millisecond},
+		{Limit: 1, Window: 2 * time.Second, Guard: -1},
+		{Limit: 1, Window: 2 * time.Second, MaxStreams: -1},
+	} {
+		if err := bad.Validate(); !errors.Is(err, rlqs.ErrInvalidMachine) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+}
+
+func TestRefusalWaits(t *testing.T) {
+	r := newRig(t, m10)
+	r.store.roll(t0)
+	r.store.used = 50 // another sidecar took the window
+	r.report(t0.Add(time.Second), 1, 0, 1, 0)
+	if r.b.Leases != 1 || !r.b.RefusedUntil.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("leases %d, refused until %v", r.b.Leases, r.b.RefusedUntil.Sub(t0))
+	}
+	r.report(t0.Add(5*time.Second), 1, 0, 5, 4*time.Second)
+	if r.b.Leases != 1 {
+		t.Fatalf("asked again while refused")
+	}
+	a := r.m.Tick(&r.b, t0.Add(10*time.Second))
+	if a.Lease.ID == 0 {
+		t.Fatalf("no lease at the window's end")
+	}
+}

@@ -1,0 +1,350 @@
+package rlqsserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/throttlekit/throttlekit/pkg/clock"
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
+	"github.com/throttlekit/throttlekit/pkg/rlqs"
+)
+
+// bucket drives one bucket key's machine: it serialises the events (its
+// mutex), carries out the actions and keeps the streams subscribed.
+type bucket struct {
+	srv    *Server
+	domain string
+	key    string
+	id     *rlqspb.BucketId // as Envoy sent it, for the responses
+
+	mu   sync.Mutex
+	dead bool // removed from the server; a report must find the new one
+	subs map[rlqs.StreamID]*sub
+
+	// What the bucket resolved to at its latest report.
+	kind    ratelimit.QuotaKind
+	refused string // the refusal, when kind is QuotaRefused
+	limit   ratelimit.QuotaLimit
+	machine rlqs.Machine
+	state   rlqs.Bucket
+	// gen counts the machines the bucket has had: a lease that lands on a
+	// newer machine than the one that asked it is returned, not landed.
+	gen     uint64
+	timer   clock.Timer
+	expired map[rlqs.StreamID]time.Time // the window of each stream's assignment counted as expired
+}
+
+// sub is one stream's subscription.
+type sub struct {
+	st     *stream
+	active time.Time // the latest report with a request, or the subscription
+}
+
+func newBucket(s *Server, domain, key string, id map[string]string) *bucket {
+	return &bucket{srv: s, domain: domain, key: key, id: &rlqspb.BucketId{Bucket: id},
+		subs: map[rlqs.StreamID]*sub{}, expired: map[rlqs.StreamID]time.Time{}}
+}
+
+// report handles u from str at now. It returns false when the bucket was
+// removed meanwhile (the caller takes the new one).
+func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dead {
+		return false
+	}
+	s := b.subs[str.id]
+	if s == nil {
+		s = &sub{st: str, active: now}
+		b.subs[str.id] = s
+		str.subs[b.key] = b
+	} else if idle := b.srv.opts.AbandonIdle; idle > 0 && u.allowed+u.denied == 0 && now.Sub(s.active) >= idle {
+		b.abandonLocked(str, now)
+		return true
+	}
+	if u.allowed+u.denied > 0 {
+		s.active = now
+	}
+	q, err := b.srv.opts.Resolver.ResolveQuota(b.domain, u.id)
+	if err != nil {
+		q = ratelimit.Quota{Kind: ratelimit.QuotaRefused, Refused: err}
+	}
+	b.resolveLocked(q, now)
+	switch b.kind {
+	case ratelimit.QuotaLimited:
+		b.srv.stats.rule(b.limit.Rule, func(r *RuleStats) {
+			r.Allowed += int64(u.allowed)
+			r.Denied += int64(u.denied)
+		})
+		acts, err := b.machine.Report(&b.state, now, str.id, u.allowed, u.denied, u.elapsed)
+		if err != nil {
+			reason := "counts"
+			if errors.Is(err, rlqs.ErrTooManyStreams) {
+				reason = "streams"
+			}
+			b.srv.skip(b.domain, skipped{reason: reason, err: err})
+			return true
+		}
+		b.doLocked(acts, now)
+	case ratelimit.QuotaNoLimit:
+		b.blanketLocked(str, typev3.RateLimitStrategy_ALLOW_ALL, "no_limit")
+	case ratelimit.QuotaBlocked:
+		b.blanketLocked(str, typev3.RateLimitStrategy_DENY_ALL, "blocked")
+	default:
+		b.blanketLocked(str, typev3.RateLimitStrategy_DENY_ALL, "refused")
+	}
+	return true
+}
+
+// resolveLocked makes the bucket serve q: a new machine when its counter or
+// window changed (the old one's units stay charged to their windows), the
+// new limit on the same machine when only the figure changed.
+func (b *bucket) resolveLocked(q ratelimit.Quota, now time.Time) {
+	if q.Kind == ratelimit.QuotaLimited && len(q.Limits) > 1 {
+		q = ratelimit.Quota{Kind: ratelimit.QuotaRefused, Refused: fmt.Errorf("%w: rules %s/%s and %d more apply to one bucket; RLQS serves a bucket with one limit (RLS serves it)",
+			ratelimit.ErrQuotaRefused, q.Limits[0].Rule.Domain, q.Limits[0].Rule.Name, len(q.Limits)-1)}
+	}
+	if q.Kind == ratelimit.QuotaLimited {
+		l := q.Limits[0]
+		m := rlqs.Machine{Limit: l.Limit, Window: l.Window, Guard: b.srv.opts.Guard}
+		if err := m.Validate(); err != nil {
+			q = ratelimit.Quota{Kind: ratelimit.QuotaRefused, Refused: fmt.Errorf("%w: rule %s/%s: %v", ratelimit.ErrQuotaRefused, l.Rule.Domain, l.Rule.Name, err)}
+		} else {
+			same := b.kind == ratelimit.QuotaLimited && b.limit.Key == l.Key && b.limit.Window == l.Window
+			b.limit, b.machine = l, m
+			if !same {
+				b.resetLocked()
+			}
+			b.kind = q.Kind
+			return
+		}
+	}
+	if b.kind == ratelimit.QuotaLimited {
+		b.resetLocked()
+	}
+	b.kind = q.Kind
+	if q.Kind == ratelimit.QuotaRefused {
+		if msg := q.Refused.Error(); msg != b.refused {
+			b.refused = msg
+			b.srv.log.Warn("rlqs: bucket answered DENY_ALL", "domain", b.domain, "err", q.Refused)
+		}
+	}
+}
+
+// resetLocked drops the machine's state. Units it leased and sent stay
+// charged to their windows; a lease in flight lands on nothing and is
+// returned (gen).
+func (b *bucket) resetLocked() {
+	b.stopLocked()
+	b.state = rlqs.Bucket{}
+	b.gen++
+	clear(b.expired)
+}
+
+// doLocked carries out acts: give units back, send assignments, ask a
+// lease, set the timer.
+func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
+	if r := acts.Return; r.Credits > 0 {
+		b.returnUnits(b.limit, r.Credits, ratelimit.QuotaGrant{StoreWindowEnd: r.WindowEnd}, now)
+	}
+	for _, a := range acts.Assign {
+		s := b.subs[rlqs.StreamID(a.Stream)]
+		b.srv.stats.rule(b.limit.Rule, func(r *RuleStats) {
+			r.Assignments++
+			r.Units += a.MaxTokens
+		})
+		if s == nil {
+			continue // left meanwhile: the machine charged it all the same
+		}
+		s.st.push(b.tokenBucket(a))
+	}
+	if l := acts.Lease; l.ID != 0 {
+		b.leaseAsync(l, now)
+	}
+	if !acts.Wake.IsZero() {
+		b.stopLocked()
+		b.timer = b.srv.clk.AfterFunc(max(acts.Wake.Sub(now), 0), b.tick)
+	}
+	b.countExpiriesLocked(now)
+}
+
+// leaseAsync asks the store for l and lands the answer on the machine that
+// asked, outside the bucket's lock.
+func (b *bucket) leaseAsync(l rlqs.LeaseAsk, sent time.Time) {
+	lim, gen := b.limit, b.gen
+	b.srv.callStarted()
+	go func() {
+		defer b.srv.callDone()
+		ctx, cancel := context.WithTimeout(context.Background(), b.srv.opts.StoreTimeout)
+		g, err := lim.Leaser.Lease(ctx, lim.Key, l.Min, l.Max, sent)
+		cancel()
+		b.mu.Lock()
+		now := b.srv.clk.Now()
+		if b.dead || gen != b.gen || b.kind != ratelimit.QuotaLimited {
+			b.mu.Unlock()
+			if err == nil {
+				b.srv.stats.rule(lim.Rule, func(r *RuleStats) {
+					r.Leases++
+					r.Leased += g.Granted
+				})
+			}
+			if err == nil && g.Granted > 0 {
+				b.returnUnits(lim, g.Granted, g, now)
+			}
+			return
+		}
+		var acts rlqs.Actions
+		if err != nil {
+			b.srv.log.Warn("rlqs: lease failed; the next window or report asks again", "domain", b.domain, "rule", lim.Rule.Name, "err", err)
+			acts = b.machine.Failed(&b.state, l.ID, now)
+		} else {
+			acts = b.machine.Landed(&b.state, l.ID, sent, now, gale.Grant{Granted: g.Granted, WindowEnd: g.StoreWindowEnd, Now: g.StoreNow, Decision: gale.Decision{RetryAfter: g.RetryAfter}})
+		}
+		b.doLocked(acts, now)
+		if err == nil {
+			// Counted once the assignments are queued: a test waits on it.
+			b.srv.stats.rule(lim.Rule, func(r *RuleStats) {
+				r.Leases++
+				r.Leased += g.Granted
+			})
+		}
+		empty := len(b.subs) == 0
+		b.mu.Unlock()
+		if empty {
+			b.srv.drop(b)
+		}
+	}()
+}
+
+// returnUnits gives units of g's window back to lim's counter, in the
+// background.
+func (b *bucket) returnUnits(lim ratelimit.QuotaLimit, units int64, g ratelimit.QuotaGrant, now time.Time) {
+	b.srv.callStarted()
+	go func() {
+		defer b.srv.callDone()
+		ctx, cancel := context.WithTimeout(context.Background(), b.srv.opts.StoreTimeout)
+		defer cancel()
+		if err := lim.Leaser.Return(ctx, lim.Key, units, g, now); err != nil {
+			b.srv.log.Warn("rlqs: returning units failed: they stay counted until their window ends", "domain", b.domain, "rule", lim.Rule.Name, "units", units, "err", err)
+			return
+		}
+		b.srv.stats.rule(lim.Rule, func(r *RuleStats) { r.Returned += units })
+	}()
+}
+
+// tick is the window timer: time has passed.
+func (b *bucket) tick() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dead || b.kind != ratelimit.QuotaLimited {
+		return
+	}
+	now := b.srv.clk.Now()
+	b.doLocked(b.machine.Tick(&b.state, now), now)
+}
+
+// countExpiriesLocked counts the assignments whose life has ended at now,
+// once each.
+func (b *bucket) countExpiriesLocked(now time.Time) {
+	for _, s := range b.state.Streams {
+		if s.Window.IsZero() || s.Live.After(now) || b.expired[s.ID].Equal(s.Window) {
+			continue
+		}
+		b.expired[s.ID] = s.Window
+		b.srv.stats.rule(b.limit.Rule, func(r *RuleStats) { r.Expiries++ })
+	}
+}
+
+// leave ends str's subscription: its assignment stays charged.
+func (b *bucket) leave(str *stream) {
+	b.mu.Lock()
+	if b.subs[str.id] == nil {
+		b.mu.Unlock()
+		return
+	}
+	b.leaveLocked(str, b.srv.clk.Now())
+	empty := len(b.subs) == 0
+	b.mu.Unlock()
+	if empty {
+		b.srv.drop(b)
+	}
+}
+
+func (b *bucket) leaveLocked(str *stream, now time.Time) {
+	delete(b.subs, str.id)
+	delete(b.expired, str.id)
+	if b.kind == ratelimit.QuotaLimited {
+		b.doLocked(b.machine.Leave(&b.state, now, str.id), now)
+	}
+}
+
+// abandonLocked tells str's Envoy to drop the bucket (it resubscribes on
+// its next request) and ends the subscription.
+func (b *bucket) abandonLocked(str *stream, now time.Time) {
+	b.leaveLocked(str, now)
+	delete(str.subs, b.key)
+	if b.kind == ratelimit.QuotaLimited {
+		b.srv.stats.rule(b.limit.Rule, func(r *RuleStats) { r.Abandons++ })
+	}
+	b.srv.stats.add(func(t *stats) { t.abandons++ })
+	str.push(&rlqspb.RateLimitQuotaResponse{BucketAction: []*rlqspb.RateLimitQuotaResponse_BucketAction{{
+		BucketId:     b.id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
+	}}})
+}
+
+func (b *bucket) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopLocked()
+}
+
+func (b *bucket) stopLocked() {
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+}
+
+// tokenBucket is assignment a as Envoy reads it. max_tokens is a uint32:
+// a larger share is sent as 2³²−1 (it was charged in full).
+func (b *bucket) tokenBucket(a rlqs.Assignment) *rlqspb.RateLimitQuotaResponse {
+	tb := &typev3.TokenBucket{
+		MaxTokens:     uint32(min(a.MaxTokens, math.MaxUint32)),
+		TokensPerFill: wrapperspb.UInt32(uint32(max(min(a.TokensPerFill, math.MaxUint32), 1))),
+		FillInterval:  durationpb.New(a.FillInterval),
+	}
+	return b.action(&typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tb}}, a.TTL)
+}
+
+// blanketLocked sends str a blanket rule for the bucket.
+func (b *bucket) blanketLocked(str *stream, rule typev3.RateLimitStrategy_BlanketRule, reason string) {
+	name := "deny_all"
+	if rule == typev3.RateLimitStrategy_ALLOW_ALL {
+		name = "allow_all"
+	}
+	b.srv.stats.add(func(t *stats) { t.blanket[BlanketReason{Action: name, Reason: reason}]++ })
+	str.push(b.action(&typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}, b.srv.opts.BlanketTTL))
+}
+
+func (b *bucket) action(strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqspb.RateLimitQuotaResponse {
+	return &rlqspb.RateLimitQuotaResponse{BucketAction: []*rlqspb.RateLimitQuotaResponse_BucketAction{{
+		BucketId: b.id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(ttl.Truncate(time.Second)),
+				RateLimitStrategy:    strategy,
+			},
+		},
+	}}}
+}

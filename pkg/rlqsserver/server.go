@@ -1,0 +1,355 @@
+// Package rlqsserver is Envoy's Rate Limit Quota Service
+// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService) over the
+// engine's policy: a bucket's entries are a descriptor's, its counter is
+// the one RLS counts the descriptor in, and a serving sidecar leases units
+// of it from the store each window and assigns them to the Envoys
+// connected to it as token buckets that expire before the window ends
+// (pkg/rlqs, the assignment machine, decides how much and to whom).
+//
+// The server speaks to the engine only through pkg/ratelimit
+// (QuotaResolver, QuotaLeaser). Each bucket key (domain and bucket id) has
+// one driver that serialises the machine's events — reports, stream ends,
+// window timers, store answers — and carries out what the machine returns:
+// store leases and returns (each bounded by Options.StoreTimeout), and
+// assignments pushed on the Envoys' streams whenever they are due.
+//
+// Buckets without a limit get a blanket ALLOW_ALL (RLS answers OK for
+// them); a limit of 0 gets a blanket DENY_ALL; a limit RLQS cannot serve
+// (no window, a window under 2 s, more than one limit, a fair or federated
+// rule) gets a blanket DENY_ALL too, and is logged naming the rule: the
+// filter's own no-assignment behaviour would be DENY_ALL in a bounded
+// configuration anyway, while an AbandonAction would make Envoy drop the
+// bucket and resubscribe it on its next request, in a loop.
+package rlqsserver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/throttlekit/throttlekit/pkg/clock"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
+	"github.com/throttlekit/throttlekit/pkg/rlqs"
+)
+
+// Defaults of Options.
+const (
+	DefaultStoreTimeout = 50 * time.Millisecond
+	// DefaultBlanketTTL is how long a blanket action lives at the Envoy;
+	// it is sent again on each of the bucket's reports (every 5 s).
+	DefaultBlanketTTL = 30 * time.Second
+	// DefaultAbandonIdle: a subscription that has reported no request for
+	// this long is abandoned.
+	DefaultAbandonIdle = 10 * time.Minute
+	// MaxBucketsPerStream bounds the buckets one stream subscribes; usages
+	// of more are skipped (reason "streams").
+	MaxBucketsPerStream = 10000
+	// sendQueue is the responses one stream holds before it drops.
+	sendQueue = 256
+)
+
+// Options configure a Server. Resolver is required.
+type Options struct {
+	// Resolver maps buckets to the policy's limits (the engine).
+	Resolver ratelimit.QuotaResolver
+	// Clock drives window timers and stamps events (nil: the real clock).
+	Clock clock.Clock
+	// Guard is how long before its window's end an assignment expires, to
+	// cover one-way delivery (0: rlqs.DefaultGuard, 250 ms).
+	Guard time.Duration
+	// StoreTimeout bounds each store call (0: DefaultStoreTimeout).
+	StoreTimeout time.Duration
+	// BlanketTTL is a blanket action's time to live (0: DefaultBlanketTTL;
+	// at least a second).
+	BlanketTTL time.Duration
+	// AbandonIdle abandons a subscription that reported no request for
+	// this long (0: DefaultAbandonIdle; negative: never).
+	AbandonIdle time.Duration
+	// Logger receives refusals and skipped usages (nil: discard).
+	Logger *slog.Logger
+}
+
+// Server is the RateLimitQuotaService. It is safe for concurrent use.
+type Server struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+	opts  Options
+	clk   clock.Clock
+	log   *slog.Logger
+	stats *stats
+
+	nextStream atomic.Uint64
+	mu         sync.Mutex
+	buckets    map[string]*bucket // by bucketKey; guarded by mu
+	closed     bool               // guarded by mu
+	calls      sync.WaitGroup     // store calls in flight
+	stopping   chan struct{}      // closed by Shutdown
+	stopOnce   sync.Once
+}
+
+// New returns a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Resolver == nil {
+		return nil, errors.New("rlqsserver: nil resolver")
+	}
+	if opts.Guard < 0 || opts.StoreTimeout < 0 || opts.BlanketTTL < 0 {
+		return nil, errors.New("rlqsserver: negative guard, store timeout or blanket TTL")
+	}
+	if opts.Guard == 0 {
+		opts.Guard = rlqs.DefaultGuard
+	}
+	if opts.StoreTimeout == 0 {
+		opts.StoreTimeout = DefaultStoreTimeout
+	}
+	if opts.BlanketTTL == 0 {
+		opts.BlanketTTL = DefaultBlanketTTL
+	}
+	if opts.BlanketTTL < time.Second {
+		return nil, errors.New("rlqsserver: blanket TTL under a second (Envoy reads whole seconds)")
+	}
+	if opts.AbandonIdle == 0 {
+		opts.AbandonIdle = DefaultAbandonIdle
+	}
+	s := &Server{opts: opts, clk: opts.Clock, log: opts.Logger, stats: newStats(), buckets: map[string]*bucket{}, stopping: make(chan struct{})}
+	if s.clk == nil {
+		s.clk = clock.Real{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s, nil
+}
+
+// callStarted and callDone bracket a store call made in the background.
+func (s *Server) callStarted() {
+	s.calls.Add(1)
+	s.stats.add(func(t *stats) { t.calls++ })
+}
+
+func (s *Server) callDone() {
+	s.stats.add(func(t *stats) { t.calls-- })
+	s.calls.Done()
+}
+
+// Stats returns a snapshot of the server's counters (a collector reads it).
+func (s *Server) Stats() Stats { return s.stats.snapshot() }
+
+// ErrShuttingDown ends the streams open when Shutdown is called: Envoy
+// opens its stream again at its next report, to a sidecar that serves.
+var ErrShuttingDown = status.Error(codes.Unavailable, "rlqs: sidecar shutting down; reconnect")
+
+// Shutdown ends every open stream with ErrShuttingDown (each bucket it
+// subscribed is left: its assignment stays charged until its TTL, which
+// ends before its window does) and refuses new ones, so a gRPC server's
+// GracefulStop need not wait for Envoys' long-lived streams.
+func (s *Server) Shutdown() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+}
+
+// Close stops every bucket's timer and waits, within ctx, for the store
+// calls in flight. Streams still open are not ended (the gRPC server's
+// GracefulStop does that); units they hold stay charged to their windows.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	buckets := make([]*bucket, 0, len(s.buckets))
+	for _, b := range s.buckets {
+		buckets = append(buckets, b)
+	}
+	s.mu.Unlock()
+	for _, b := range buckets {
+		b.stop()
+	}
+	done := make(chan struct{})
+	go func() { s.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// StreamRateLimitQuotas serves one Envoy's stream: each report's buckets
+// are handed to their drivers (the first report of a bucket subscribes
+// it), and assignments come back on the stream whenever they are due. A
+// message that cannot be served ends the stream with InvalidArgument; a
+// bucket usage that cannot be is skipped and logged. When the stream ends
+// each bucket it subscribed is left: its assignment stays charged.
+func (s *Server) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]) error {
+	select {
+	case <-s.stopping:
+		return ErrShuttingDown
+	default:
+	}
+	str := &stream{id: rlqs.StreamID(s.nextStream.Add(1)), out: make(chan *rlqspb.RateLimitQuotaResponse, sendQueue),
+		subs: map[string]*bucket{}, stats: s.stats}
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	s.stats.add(func(t *stats) { t.streams++ })
+	defer s.stats.add(func(t *stats) { t.streams-- })
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- str.sendLoop(ctx, st) }()
+	defer func() {
+		for _, b := range str.subs {
+			b.leave(str)
+		}
+	}()
+	recvErr := make(chan error, 1)
+	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	go func() {
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case err := <-sendErr:
+			return err
+		case <-s.stopping:
+			return ErrShuttingDown
+		case m := <-msgs:
+			if err := s.handle(str, m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// handle serves one report message of str.
+func (s *Server) handle(str *stream, m *rlqspb.RateLimitQuotaUsageReports) error {
+	domain, usages, skips, err := decodeReports(m)
+	if err == nil && str.domain != "" && domain != str.domain {
+		err = errors.New("rlqs: a stream reports one domain (Envoy opens one stream per domain)")
+	}
+	if err != nil {
+		s.stats.add(func(t *stats) { t.badReports++ })
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	str.domain = domain
+	for _, sk := range skips {
+		s.skip(domain, sk)
+	}
+	now := s.clk.Now()
+	for i := range usages {
+		u := &usages[i]
+		b := str.subs[u.key]
+		if b == nil && len(str.subs) >= MaxBucketsPerStream {
+			s.skip(domain, skipped{reason: "streams", err: errors.New("the stream subscribes too many buckets")})
+			continue
+		}
+		for {
+			if b == nil {
+				if b = s.bucketFor(domain, u); b == nil {
+					return status.Error(codes.Unavailable, "rlqs: server shutting down")
+				}
+			}
+			if b.report(str, u, now) {
+				break
+			}
+			b = nil // removed meanwhile: take the new one
+		}
+	}
+	return nil
+}
+
+func (s *Server) skip(domain string, sk skipped) {
+	s.stats.add(func(t *stats) { t.skipped[sk.reason]++ })
+	s.log.Debug("rlqs: bucket usage skipped", "domain", domain, "reason", sk.reason, "err", sk.err)
+}
+
+// bucketFor is u's bucket driver, made if new; nil once closed.
+func (s *Server) bucketFor(domain string, u *usage) *bucket {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	b := s.buckets[u.key]
+	if b == nil {
+		b = newBucket(s, domain, u.key, u.id)
+		s.buckets[u.key] = b
+	}
+	return b
+}
+
+// drop removes b once it serves no stream.
+func (s *Server) drop(b *bucket) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.subs) == 0 && !b.dead && b.state.Lease == 0 {
+		b.dead = true
+		b.stopLocked()
+		if s.buckets[b.key] == b {
+			delete(s.buckets, b.key)
+		}
+	}
+}
+
+// stream is one Envoy stream: its subscriptions and its send queue.
+type stream struct {
+	id     rlqs.StreamID
+	domain string             // set by the first report; touched by the receiving goroutine only
+	subs   map[string]*bucket // by bucket key; touched by the receiving goroutine only
+	out    chan *rlqspb.RateLimitQuotaResponse
+	stats  *stats
+	mu     sync.Mutex // guards done
+	done   bool
+}
+
+// push queues r without waiting; a full queue drops it (counted): an
+// assignment dropped stays charged, which only under-admits.
+func (st *stream) push(r *rlqspb.RateLimitQuotaResponse) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return
+	}
+	select {
+	case st.out <- r:
+	default:
+		st.stats.add(func(t *stats) { t.dropped++ })
+	}
+}
+
+func (st *stream) sendLoop(ctx context.Context, s grpc.ServerStream) error {
+	defer func() {
+		st.mu.Lock()
+		st.done = true
+		st.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case r := <-st.out:
+			if err := s.SendMsg(r); err != nil {
+				return err
+			}
+		}
+	}
+}

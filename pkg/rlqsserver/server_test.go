@@ -1,0 +1,301 @@
+package rlqsserver_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
+	"github.com/throttlekit/throttlekit/pkg/clock"
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+	"github.com/throttlekit/throttlekit/pkg/rlqs"
+	"github.com/throttlekit/throttlekit/pkg/rlqsserver"
+)
+
+const limit, window = 100, time.Minute
+
+var tenantA = map[string]string{"tenant": "a"}
+
+// stores are the real stores the server is tested over.
+func stores(t *testing.T) map[string]func(t *testing.T) gale.Store {
+	return map[string]func(t *testing.T) gale.Store{
+		"memstore": func(*testing.T) gale.Store { return memstore.New() },
+		"redis": func(t *testing.T) gale.Store {
+			rs, err := redisstore.New(testenv.StartRedis(t).Client(), redisstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rs.Close() })
+			return rs
+		},
+	}
+}
+
+// TestSubscriptionGetsAnAssignmentWithinTheWindow: the first report of a
+// bucket gets one token bucket of at most L, whose TTL ends at least the
+// Guard before its window does, and whose refill within the TTL is under a
+// token.
+func TestSubscriptionGetsAnAssignmentWithinTheWindow(t *testing.T) {
+	for name, store := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			clk := clock.NewFake(t0.Add(10 * time.Second))
+			sc := startSidecar(t, store(t), clk, rlqsserver.Options{})
+			e := connect(t, sc)
+			e.report(false, usage{bucket: tenantA, allowed: 1})
+			a := e.next(tenantA)
+			n, ttl := tokens(t, a)
+			if n < 1 || n > limit {
+				t.Errorf("max_tokens %d, want 1..%d", n, limit)
+			}
+			windowEnd := t0.Add(window)
+			if end := clk.Now().Add(ttl); end.After(windowEnd.Add(-rlqs.DefaultGuard)) || ttl < time.Second || ttl%time.Second != 0 {
+				t.Errorf("TTL %v from %v ends at %v: want whole seconds ending ≥ %v before %v", ttl, clk.Now(), end, rlqs.DefaultGuard, windowEnd)
+			}
+			fill := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetFillInterval().AsDuration()
+			if fill <= ttl {
+				t.Errorf("fill interval %v ≤ TTL %v: the bucket refills a token before it expires", fill, ttl)
+			}
+			t.Logf("%s: max_tokens %d, TTL %v (window ends in %v), fill interval %v", name, n, ttl, windowEnd.Sub(clk.Now()), fill)
+			if st := ruleStats(sc.srv, "per-tenant"); st.Assignments != 1 || st.Units != n || st.Allowed != 1 {
+				t.Errorf("stats %+v, want 1 assignment of %d units, 1 allowed", st, n)
+			}
+		})
+	}
+}
+
+// twoStreams subscribes A at 10 s into the first window (its demand
+// unknown: the limit's pace over the 50 s left, 84 units) and B after it
+// (what is left, 16: a joiner gets only the unassigned), reports A at 1
+// request/s and B at 0.5/s, and moves to the next window: they are split
+// by demand.
+func twoStreams(t *testing.T, sc *sidecar, clk *clock.Fake) (a, b *envoy, na, nb int64) {
+	t.Helper()
+	a, b = connect(t, sc), connect(t, sc)
+	a.subscribe(tenantA)
+	first, _ := tokens(t, a.next(tenantA))
+	settled(t, sc) // what A's lease did not assign is back in the store
+	b.subscribe(tenantA)
+	joined, _ := tokens(t, b.next(tenantA))
+	if first+joined > limit {
+		t.Fatalf("first window: A %d, B %d: Σ > %d", first, joined, limit)
+	}
+	clk.Set(t0.Add(15 * time.Second))
+	a.report(true, usage{bucket: tenantA, allowed: 5, elapsed: 5 * time.Second})
+	b.report(true, usage{bucket: tenantA, allowed: 2, denied: 1, elapsed: 6 * time.Second})
+	clk.Set(t0.Add(window))
+	na, ttlA := tokens(t, a.next(tenantA))
+	nb, ttlB := tokens(t, b.next(tenantA))
+	if ttlA != window-time.Second || ttlB != ttlA {
+		t.Errorf("TTLs %v and %v, want %v (window less the guard, in whole seconds)", ttlA, ttlB, window-time.Second)
+	}
+	return a, b, na, nb
+}
+
+// TestTwoStreamsSplitByDemand: at a window's start the sidecar leases the
+// streams' predicted demand (60 and 30 units) and splits it by demand.
+func TestTwoStreamsSplitByDemand(t *testing.T) {
+	for name, store := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			clk := clock.NewFake(t0.Add(10 * time.Second))
+			sc := startSidecar(t, store(t), clk, rlqsserver.Options{})
+			_, _, na, nb := twoStreams(t, sc, clk)
+			t.Logf("%s: A (1/s) %d, B (0.5/s) %d", name, na, nb)
+			if na+nb > limit || na != 60 || nb != 30 {
+				t.Errorf("A %d, B %d: want 60 and 30 (their demand over the window), Σ ≤ %d", na, nb, limit)
+			}
+		})
+	}
+}
+
+// TestJoinerGetsOnlyTheUnassigned: an Envoy subscribing mid-window gets
+// what A and B were not assigned (10 of 100), though its predicted demand
+// (the mean rate over the 30 s left) is more.
+func TestJoinerGetsOnlyTheUnassigned(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
+	_, _, na, nb := twoStreams(t, sc, clk)
+	clk.Set(t0.Add(window + 30*time.Second))
+	c := connect(t, sc)
+	c.report(false, usage{bucket: tenantA, allowed: 1})
+	nc, ttl := tokens(t, c.next(tenantA))
+	t.Logf("A %d, B %d, joiner %d (TTL %v)", na, nb, nc, ttl)
+	if nc != limit-na-nb {
+		t.Errorf("joiner got %d, want the %d unassigned", nc, limit-na-nb)
+	}
+	if ttl != 29*time.Second {
+		t.Errorf("joiner's TTL %v, want 29s (30 s left less the guard)", ttl)
+	}
+}
+
+// TestClosedStreamUnitsStayCharged: B's stream closes mid-window; its 30
+// units are not given to a joiner in that window (B's Envoy enforces its
+// cached assignment until the TTL), only the 10 never assigned; the next
+// window splits L again among the streams connected.
+func TestClosedStreamUnitsStayCharged(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
+	a, b, na, nb := twoStreams(t, sc, clk)
+	settled(t, sc)
+	returned := ruleStats(sc.srv, "per-tenant").Returned
+	b.close()
+	clk.Set(t0.Add(window + 30*time.Second))
+	c := connect(t, sc)
+	c.report(false, usage{bucket: tenantA, allowed: 1})
+	nc, _ := tokens(t, c.next(tenantA))
+	if nc != limit-na-nb {
+		t.Errorf("joiner got %d after B (%d) left, want only the %d never assigned", nc, nb, limit-na-nb)
+	}
+	settled(t, sc)
+	if st := ruleStats(sc.srv, "per-tenant"); st.Returned != returned {
+		t.Errorf("%d units returned to the store after B left: B's must stay charged", st.Returned-returned)
+	}
+	// Next window: A and the joiner only.
+	a.report(true, usage{bucket: tenantA, allowed: 30, elapsed: 30 * time.Second})
+	c.report(true, usage{bucket: tenantA, allowed: 10, elapsed: 30 * time.Second})
+	clk.Set(t0.Add(2 * window))
+	na2, _ := tokens(t, a.next(tenantA))
+	nc2, _ := tokens(t, c.next(tenantA))
+	t.Logf("window 2: A %d, B %d, joiner %d; window 3: A %d, joiner %d", na, nb, nc, na2, nc2)
+	if na2+nc2 > limit || nc2 <= nc {
+		t.Errorf("window 3: A %d, joiner %d: want Σ ≤ %d and the joiner's share grown from %d", na2, nc2, limit, nc)
+	}
+}
+
+// TestTwoSidecarsOneRedis: Envoys on two sidecars over one Redis, with
+// skewed demand, over several windows: what both sidecars assign in a
+// window never exceeds L, since each leases from the same counter.
+func TestTwoSidecarsOneRedis(t *testing.T) {
+	r := testenv.StartRedis(t)
+	clk := clock.NewFake(t0.Add(5 * time.Second))
+	var sidecars []*sidecar
+	for range 2 {
+		rs, err := redisstore.New(r.Client(), redisstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		sidecars = append(sidecars, startSidecar(t, rs, clk, rlqsserver.Options{}))
+	}
+	rates := []uint64{5, 1, 1, 1} // requests per second; the first Envoy is hot
+	var envoys []*envoy
+	for i := range 4 {
+		e := connect(t, sidecars[i%2])
+		e.report(true, usage{bucket: tenantA, allowed: 1})
+		settled(t, sidecars[i%2])
+		envoys = append(envoys, e)
+	}
+	for _, e := range envoys {
+		e.report(true)
+		e.pending(tenantA) // the first window's: not counted below
+	}
+	const windows = 4
+	for w := 1; w <= windows; w++ {
+		clk.Set(t0.Add(time.Duration(w)*window - 10*time.Second))
+		for i, e := range envoys {
+			e.report(true, usage{bucket: tenantA, allowed: rates[i] * 5, elapsed: 5 * time.Second})
+		}
+		before := []int64{ruleStats(sidecars[0].srv, "per-tenant").Leases, ruleStats(sidecars[1].srv, "per-tenant").Leases}
+		clk.Set(t0.Add(time.Duration(w) * window))
+		// Each sidecar leases once at the window's start (its Envoys have
+		// demand); the assignments are queued before the lease is counted.
+		for i, s := range sidecars {
+			waitFor(t, "the window's lease", func() bool { return ruleStats(s.srv, "per-tenant").Leases > before[i] })
+			settled(t, s)
+		}
+		var sum int64
+		got := make([]int64, len(envoys))
+		for i, e := range envoys {
+			e.report(true) // what was queued before this answer has arrived
+			for _, a := range e.pending(tenantA) {
+				n, _ := tokens(t, a)
+				got[i] += n
+			}
+			sum += got[i]
+		}
+		t.Logf("window %d: assigned %v, Σ %d of %d", w, got, sum, limit)
+		if sum > limit {
+			t.Fatalf("window %d: Σ assigned %d > L %d", w, sum, limit)
+		}
+		if sum == 0 {
+			t.Fatalf("window %d: nothing assigned", w)
+		}
+	}
+}
+
+// TestBlanketActions: a bucket no limit matches is allowed, a limit of 0
+// denies, a limit RLQS cannot serve (1 s window) is denied and named in
+// the log; none is metered.
+func TestBlanketActions(t *testing.T) {
+	clk := clock.NewFake(t0)
+	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
+	e := connect(t, sc)
+	for _, tc := range []struct {
+		bucket map[string]string
+		want   typev3.RateLimitStrategy_BlanketRule
+	}{
+		{map[string]string{"nothing": "x"}, typev3.RateLimitStrategy_ALLOW_ALL},
+		{map[string]string{"closed": "x"}, typev3.RateLimitStrategy_DENY_ALL},
+		{map[string]string{"fast": "x"}, typev3.RateLimitStrategy_DENY_ALL},
+	} {
+		e.report(false, usage{bucket: tc.bucket, allowed: 1})
+		qa := e.next(tc.bucket).GetQuotaAssignmentAction()
+		if got := qa.GetRateLimitStrategy().GetBlanketRule(); got != tc.want || qa.GetRateLimitStrategy().GetTokenBucket() != nil {
+			t.Errorf("%v: %v, want blanket %v", tc.bucket, qa.GetRateLimitStrategy(), tc.want)
+		}
+		if ttl := qa.GetAssignmentTimeToLive().AsDuration(); ttl != rlqsserver.DefaultBlanketTTL {
+			t.Errorf("%v: TTL %v, want %v", tc.bucket, ttl, rlqsserver.DefaultBlanketTTL)
+		}
+	}
+	s := sc.srv.Stats()
+	if s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "refused"}] != 1 || s.Blanket[rlqsserver.BlanketReason{Action: "deny_all", Reason: "blocked"}] != 1 {
+		t.Errorf("blanket counts %v", s.Blanket)
+	}
+}
+
+// settled waits until s has no store call in flight.
+func settled(t *testing.T, s *sidecar) {
+	t.Helper()
+	waitFor(t, "store calls to end", func() bool { return s.srv.Stats().StoreCalls == 0 })
+}
+
+// TestBadMessagesEndTheStreamClearly: a report without a domain, or with
+// another domain than the stream's first, ends the stream with
+// InvalidArgument; a bucket usage without an id is skipped and the rest
+// served.
+func TestBadMessagesEndTheStreamClearly(t *testing.T) {
+	sc := startSidecar(t, memstore.New(), clock.NewFake(t0), rlqsserver.Options{})
+	e := connect(t, sc)
+	e.report(false, usage{bucket: nil, allowed: 1}, usage{bucket: map[string]string{"other": "x"}, allowed: 1})
+	if e.next(map[string]string{"other": "x"}).GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+		t.Error("the good usage after a bad one was not served")
+	}
+	if got := sc.srv.Stats().Skipped["bucket_id"]; got != 1 {
+		t.Errorf("skipped bucket_id %d, want 1", got)
+	}
+	e.domain = "another"
+	if err := e.st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "another"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-e.ended:
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "one domain") {
+			t.Errorf("stream ended with %v, want InvalidArgument naming the domain", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("stream not ended")
+	}
+	e2 := connect(t, sc)
+	if err := e2.st.Send(&rlqspb.RateLimitQuotaUsageReports{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-e2.ended; status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "no domain") {
+		t.Errorf("no domain: %v, want InvalidArgument", err)
+	}
+}
