@@ -40,7 +40,7 @@ const (
 
 // rlqsServeArgs are the flags that make serve answer RLQS on its gRPC
 // listener for rlqsDomain (pkg/rlqsserver, wired in cmd/sidecar).
-var rlqsServeArgs = []string{}
+var rlqsServeArgs = []string{"--rlqs"}
 
 func rlqsPolicy() string {
 	return fmt.Sprintf(`domain: %s
