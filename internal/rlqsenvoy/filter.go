@@ -171,7 +171,7 @@ func (f *Filter) Decide(id map[string]string) bool {
 	}
 	if !f.started { // createBucketImpl: the timer, then the stream, once
 		f.started = true
-		go f.tickLoop(f.clk.NewTicker(f.interval))
+		go f.tickLoop(f.clk.NewTimer(f.interval))
 		f.openLocked()
 	}
 	if f.sendLocked([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{initial}) {
@@ -235,7 +235,15 @@ func (f *Filter) closeConns() {
 	}
 }
 
-func (f *Filter) tickLoop(t clock.Ticker) {
+// tickLoop is the send-reports timer: Envoy re-arms it for another interval
+// after each report (startSendReportsTimerImpl), so reports are never closer
+// than the interval. A ticker's fixed grid would be: a late tick then a
+// punctual one covers less than the interval, and its whole-second
+// time_elapsed truncates to one second less (5 s of requests reported as
+// 4 s, a demand rate 25% high). The next deadline is the fired time plus the
+// interval (the fake clock fires at the deadline exactly, so tests stay on
+// a grid; the real one fires at or after it).
+func (f *Filter) tickLoop(t clock.Timer) {
 	defer close(f.tickDone)
 	defer t.Stop()
 	for {
@@ -243,6 +251,10 @@ func (f *Filter) tickLoop(t clock.Ticker) {
 		case <-f.stop:
 			return
 		case at := <-t.C():
+			// Re-armed before the reports go out (Envoy re-arms after;
+			// the deadline is the same), so that a test that has seen the
+			// report may advance a fake clock past the next deadline.
+			t.Reset(max(at.Add(f.interval).Sub(f.clk.Now()), 0))
 			f.tick(at)
 		}
 	}

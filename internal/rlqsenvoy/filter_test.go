@@ -418,3 +418,26 @@ func TestReopenPicksLiveEndpoint(t *testing.T) {
 		t.Fatalf("endpoint = %d, report %v", f.Endpoint(), m)
 	}
 }
+
+// On the real clock every periodic report covers at least the interval, as
+// Envoy's re-armed timer does (it never fires early, so time_elapsed is never
+// truncated below the interval's whole seconds). A ticker fires on a fixed
+// grid: a late tick followed by a punctual one reports 0.99 s as 0 s, and the
+// server reads a demand rate inflated by the truncation.
+func TestReportElapsedNeverUnderTheIntervalOnTheRealClock(t *testing.T) {
+	srv := startTestServer(t, "")
+	f, err := New(Config{Domain: "d", Servers: []string{srv.addr}, ReportInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Decide(bucketA)
+	srv.next(t) // immediate
+	for i := 0; i < 4; i++ {
+		f.Decide(bucketA)
+		u := usageOf(t, srv.next(t), bucketA)
+		if got := u.GetTimeElapsed().AsDuration(); got < time.Second {
+			t.Fatalf("report %d: time_elapsed %v < the 1 s interval", i+1, got)
+		}
+	}
+}
