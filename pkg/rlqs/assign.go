@@ -22,6 +22,16 @@ func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 		a.Wake = b.RefusedUntil
 	case now.Before(b.Until):
 		a.Wake = b.Until
+		if b.Lease == 0 {
+			// A stream waiting for its older assignment to die may be
+			// served once it has.
+			for i := range b.Streams {
+				st := &b.Streams[i]
+				if now.Before(st.Live) && st.Live.Before(a.Wake) && !b.current(st, now) {
+					a.Wake = st.Live
+				}
+			}
+		}
 	}
 }
 
@@ -36,10 +46,19 @@ func (m *Machine) ask(b *Bucket, now time.Time) int64 {
 		}
 		left, room = b.Until.Sub(now), m.Limit-(b.Leased-b.Returned)
 	}
-	mean, known := b.mean()
 	var want int64
+	var mean float64
+	known, measured := false, false
 	for i := range b.Streams {
-		want = min(want+m.want(b, &b.Streams[i], now, left, mean, known), m.Limit)
+		st := &b.Streams[i]
+		if cur := b.current(st, now); cur && m.Fault&FaultTopUpDifference == 0 || !cur && now.Before(st.Live) {
+			continue // want would say 0 (the report path's usual case)
+		}
+		if !measured {
+			mean, known = b.mean()
+			measured = true
+		}
+		want = min(want+m.want(b, st, now, left, mean, known), m.Limit)
 	}
 	return min(want, room)
 }

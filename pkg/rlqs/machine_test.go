@@ -334,3 +334,67 @@ func TestRefusalWaits(t *testing.T) {
 		t.Fatalf("no lease at the window's end")
 	}
 }
+
+// TestUnvalidatedMachineDoesNotPanic: a Machine that Validate refuses
+// (zero, or a zero window) serves no sensible assignments, but events on
+// it never panic.
+func TestUnvalidatedMachineDoesNotPanic(t *testing.T) {
+	for _, m := range []rlqs.Machine{{}, {Limit: 5}, {Window: time.Second}, {Limit: -3, Window: -time.Second, Guard: -time.Second}} {
+		var b rlqs.Bucket
+		now := t0
+		for i := range 20 {
+			a, _ := m.Report(&b, now, rlqs.StreamID(i%3), uint64(i), 1, time.Duration(i%2)*time.Second)
+			if a.Lease.ID != 0 {
+				m.Landed(&b, a.Lease.ID, now, now, gale.Grant{Granted: a.Lease.Max, Now: now, WindowEnd: now.Add(time.Duration(i) * time.Second)})
+			}
+			m.Tick(&b, now)
+			if i%5 == 4 {
+				m.Leave(&b, now, rlqs.StreamID(i%3))
+			}
+			now = now.Add(700 * time.Millisecond)
+		}
+	}
+}
+
+// TestStoreAheadWaitsForLiveAssignments: a store whose clock is ahead
+// answers a lease asked late in window 1 with window 2 (on the sidecar's
+// clock it ends 10 s after the store's now). A stream whose window-1
+// assignment may still be enforced gets nothing from it; the machine
+// asks to tick when that assignment is dead, and serves the stream then.
+func TestStoreAheadWaitsForLiveAssignments(t *testing.T) {
+	m := m10
+	var b rlqs.Bucket
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	a, _ := m.Report(&b, at(100*time.Millisecond), 1, 0, 1, 0)
+	a = m.Landed(&b, a.Lease.ID, at(100*time.Millisecond), at(100*time.Millisecond), gale.Grant{Granted: 20, Now: at(100 * time.Millisecond), WindowEnd: at(10 * time.Second)})
+	if len(a.Assign) != 1 || a.Assign[0].TTL != 9*time.Second {
+		t.Fatalf("window 1: %+v", a)
+	}
+	live := at(100*time.Millisecond + 9*time.Second + rlqs.DefaultGuard)
+	m.Report(&b, at(5*time.Second), 1, 5, 0, 5*time.Second)
+	a, _ = m.Report(&b, at(8500*time.Millisecond), 2, 0, 1, 0)
+	if a.Lease.ID == 0 {
+		t.Fatal("no lease for the subscriber")
+	}
+	// The store's clock reads 10 s: its window 2.
+	a = m.Landed(&b, a.Lease.ID, at(8500*time.Millisecond), at(8600*time.Millisecond), gale.Grant{Granted: 30, Now: at(10 * time.Second), WindowEnd: at(20 * time.Second)})
+	for _, x := range a.Assign {
+		if x.Stream == 1 {
+			t.Fatalf("stream 1 assigned while its window-1 bucket may live: %+v", x)
+		}
+	}
+	if !a.Wake.Equal(live) {
+		t.Fatalf("wake at %v, want %v (stream 1's assignment dead)", a.Wake.Sub(t0), live.Sub(t0))
+	}
+	a = m.Tick(&b, live)
+	if a.Lease.ID == 0 {
+		t.Fatal("no lease once stream 1's assignment is dead")
+	}
+	a = m.Landed(&b, a.Lease.ID, live, live, gale.Grant{Granted: a.Lease.Max, Now: live.Add(1500 * time.Millisecond), WindowEnd: at(20 * time.Second)})
+	if len(a.Assign) != 1 || a.Assign[0].Stream != 1 {
+		t.Fatalf("stream 1 not served: %+v", a)
+	}
+	if end := live.Add(a.Assign[0].TTL + rlqs.DefaultGuard); end.After(b.Until) {
+		t.Fatalf("its assignment ends %v, after the window's %v", end.Sub(t0), b.Until.Sub(t0))
+	}
+}

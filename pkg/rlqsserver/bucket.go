@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/throttlekit/throttlekit/pkg/clock"
-	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 	"github.com/throttlekit/throttlekit/pkg/rlqs"
 )
@@ -34,9 +33,15 @@ type bucket struct {
 	// What the bucket resolved to at its latest report.
 	kind    ratelimit.QuotaKind
 	refused string // the refusal, when kind is QuotaRefused
-	limit   ratelimit.QuotaLimit
+	// limits are the limits the bucket counts against (kind QuotaLimited),
+	// the machine's first: the shortest window (limits.go).
+	limits  []ratelimit.QuotaLimit
 	machine rlqs.Machine
 	state   rlqs.Bucket
+	// windows are each limit's grants of the machine's windows in place,
+	// by the window's end as the machine knows it: where units it gives
+	// back go (limits.go).
+	windows map[time.Time][]ratelimit.QuotaGrant
 	// gen counts the machines the bucket has had: a lease that lands on a
 	// newer machine than the one that asked it is returned, not landed.
 	gen     uint64
@@ -52,7 +57,7 @@ type sub struct {
 
 func newBucket(s *Server, domain, key string, id map[string]string) *bucket {
 	return &bucket{srv: s, domain: domain, key: key, id: &rlqspb.BucketId{Bucket: id},
-		subs: map[rlqs.StreamID]*sub{}, expired: map[rlqs.StreamID]time.Time{}}
+		subs: map[rlqs.StreamID]*sub{}, expired: map[rlqs.StreamID]time.Time{}, windows: map[time.Time][]ratelimit.QuotaGrant{}}
 }
 
 // report handles u from str at now. It returns false when the bucket was
@@ -82,7 +87,7 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 	b.resolveLocked(q, now)
 	switch b.kind {
 	case ratelimit.QuotaLimited:
-		b.srv.stats.rule(b.limit.Rule, func(r *RuleStats) {
+		b.srv.stats.rule(b.rule(), func(r *RuleStats) {
 			r.Allowed += int64(u.allowed)
 			r.Denied += int64(u.denied)
 		})
@@ -110,18 +115,18 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 // window changed (the old one's units stay charged to their windows), the
 // new limit on the same machine when only the figure changed.
 func (b *bucket) resolveLocked(q ratelimit.Quota, now time.Time) {
-	if q.Kind == ratelimit.QuotaLimited && len(q.Limits) > 1 {
-		q = ratelimit.Quota{Kind: ratelimit.QuotaRefused, Refused: fmt.Errorf("%w: rules %s/%s and %d more apply to one bucket; RLQS serves a bucket with one limit (RLS serves it)",
-			ratelimit.ErrQuotaRefused, q.Limits[0].Rule.Domain, q.Limits[0].Rule.Name, len(q.Limits)-1)}
-	}
 	if q.Kind == ratelimit.QuotaLimited {
-		l := q.Limits[0]
+		limits := machineFirst(q.Limits)
+		l := limits[0]
 		m := rlqs.Machine{Limit: l.Limit, Window: l.Window, Guard: b.srv.opts.Guard}
+		for _, o := range limits[1:] {
+			m.Limit = min(m.Limit, o.Limit)
+		}
 		if err := m.Validate(); err != nil {
 			q = ratelimit.Quota{Kind: ratelimit.QuotaRefused, Refused: fmt.Errorf("%w: rule %s/%s: %v", ratelimit.ErrQuotaRefused, l.Rule.Domain, l.Rule.Name, err)}
 		} else {
-			same := b.kind == ratelimit.QuotaLimited && b.limit.Key == l.Key && b.limit.Window == l.Window
-			b.limit, b.machine = l, m
+			same := b.kind == ratelimit.QuotaLimited && sameCounters(b.limits, limits)
+			b.limits, b.machine = limits, m
 			if !same {
 				b.resetLocked()
 			}
@@ -149,17 +154,18 @@ func (b *bucket) resetLocked() {
 	b.state = rlqs.Bucket{}
 	b.gen++
 	clear(b.expired)
+	clear(b.windows)
 }
 
 // doLocked carries out acts: give units back, send assignments, ask a
 // lease, set the timer.
 func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 	if r := acts.Return; r.Credits > 0 {
-		b.returnUnits(b.limit, r.Credits, ratelimit.QuotaGrant{StoreWindowEnd: r.WindowEnd}, now)
+		b.giveBackLocked(r.Credits, r.WindowEnd, now)
 	}
 	for _, a := range acts.Assign {
 		s := b.subs[rlqs.StreamID(a.Stream)]
-		b.srv.stats.rule(b.limit.Rule, func(r *RuleStats) {
+		b.srv.stats.rule(b.rule(), func(r *RuleStats) {
 			r.Assignments++
 			r.Units += a.MaxTokens
 		})
@@ -178,45 +184,46 @@ func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 	b.countExpiriesLocked(now)
 }
 
-// leaseAsync asks the store for l and lands the answer on the machine that
-// asked, outside the bucket's lock.
+// leaseAsync asks the store for l, from every limit (limits.go), and lands
+// the answer on the machine that asked, outside the bucket's lock.
 func (b *bucket) leaseAsync(l rlqs.LeaseAsk, sent time.Time) {
-	lim, gen := b.limit, b.gen
+	limits, gen := b.limits, b.gen
 	b.srv.callStarted()
 	go func() {
 		defer b.srv.callDone()
 		ctx, cancel := context.WithTimeout(context.Background(), b.srv.opts.StoreTimeout)
-		g, err := lim.Leaser.Lease(ctx, lim.Key, l.Min, l.Max, sent)
+		g, parts, err := b.leaseAll(ctx, limits, l, sent)
 		cancel()
 		b.mu.Lock()
 		now := b.srv.clk.Now()
 		if b.dead || gen != b.gen || b.kind != ratelimit.QuotaLimited {
 			b.mu.Unlock()
-			if err == nil {
-				b.srv.stats.rule(lim.Rule, func(r *RuleStats) {
-					r.Leases++
-					r.Leased += g.Granted
-				})
-			}
 			if err == nil && g.Granted > 0 {
-				b.returnUnits(lim, g.Granted, g, now)
+				for i, lim := range limits {
+					b.returnUnits(lim, g.Granted, parts[i], now)
+				}
 			}
 			return
 		}
 		var acts rlqs.Actions
 		if err != nil {
-			b.srv.log.Warn("rlqs: lease failed; the next window or report asks again", "domain", b.domain, "rule", lim.Rule.Name, "err", err)
+			b.srv.log.Warn("rlqs: lease failed; the next window or report asks again", "domain", b.domain, "rule", limits[0].Rule.Name, "err", err)
 			acts = b.machine.Failed(&b.state, l.ID, now)
 		} else {
-			acts = b.machine.Landed(&b.state, l.ID, sent, now, gale.Grant{Granted: g.Granted, WindowEnd: g.StoreWindowEnd, Now: g.StoreNow, Decision: gale.Decision{RetryAfter: g.RetryAfter}})
+			if g.Granted > 0 {
+				b.windows[g.WindowEnd] = parts
+			}
+			acts = b.machine.Landed(&b.state, l.ID, sent, now, g)
 		}
 		b.doLocked(acts, now)
+		for end := range b.windows {
+			if end.Before(b.state.WindowEnd) {
+				delete(b.windows, end) // an older window: nothing of it is given back any more
+			}
+		}
 		if err == nil {
 			// Counted once the assignments are queued: a test waits on it.
-			b.srv.stats.rule(lim.Rule, func(r *RuleStats) {
-				r.Leases++
-				r.Leased += g.Granted
-			})
+			b.srv.stats.rule(limits[0].Rule, func(r *RuleStats) { r.Leases++ })
 		}
 		empty := len(b.subs) == 0
 		b.mu.Unlock()
@@ -261,7 +268,7 @@ func (b *bucket) countExpiriesLocked(now time.Time) {
 			continue
 		}
 		b.expired[s.ID] = s.Window
-		b.srv.stats.rule(b.limit.Rule, func(r *RuleStats) { r.Expiries++ })
+		b.srv.stats.rule(b.rule(), func(r *RuleStats) { r.Expiries++ })
 	}
 }
 
@@ -294,7 +301,7 @@ func (b *bucket) abandonLocked(str *stream, now time.Time) {
 	b.leaveLocked(str, now)
 	delete(str.subs, b.key)
 	if b.kind == ratelimit.QuotaLimited {
-		b.srv.stats.rule(b.limit.Rule, func(r *RuleStats) { r.Abandons++ })
+		b.srv.stats.rule(b.rule(), func(r *RuleStats) { r.Abandons++ })
 	}
 	b.srv.stats.add(func(t *stats) { t.abandons++ })
 	str.push(&rlqspb.RateLimitQuotaResponse{BucketAction: []*rlqspb.RateLimitQuotaResponse_BucketAction{{

@@ -35,6 +35,10 @@ descriptors:
     rate_limit: {name: fast, unit: second, requests_per_unit: 5}
   - key: closed
     rate_limit: {name: closed, unit: minute, requests_per_unit: 0}
+  - key: two
+    rate_limits:
+      - {name: two-minute, unit: minute, requests_per_unit: 50}
+      - {name: two-hour, unit: hour, requests_per_unit: 60}
 `
 
 // sidecar is one serving process: an engine over a store, the RLQS server
@@ -47,11 +51,17 @@ type sidecar struct {
 
 func startSidecar(t *testing.T, store gale.Store, clk clock.Clock, opts rlqsserver.Options) *sidecar {
 	t.Helper()
+	return startSidecarWith(t, testPolicy, store, clk, opts)
+}
+
+// startSidecarWith is startSidecar on another policy.
+func startSidecarWith(t *testing.T, src string, store gale.Store, clk clock.Clock, opts rlqsserver.Options) *sidecar {
+	t.Helper()
 	eng, err := engine.New(engine.Options{Store: store, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := policy.Parse("q.yaml", []byte(testPolicy))
+	d, err := policy.Parse("q.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@
 //
 // Buckets without a limit get a blanket ALLOW_ALL (RLS answers OK for
 // them); a limit of 0 gets a blanket DENY_ALL; a limit RLQS cannot serve
-// (no window, a window under 2 s, more than one limit, a fair or federated
-// rule) gets a blanket DENY_ALL too, and is logged naming the rule: the
+// (no window, a window under 2 s, a fair or federated rule) gets a
+// blanket DENY_ALL too, and is logged naming the rule: the
 // filter's own no-assignment behaviour would be DENY_ALL in a bounded
 // configuration anyway, while an AbandonAction would make Envoy drop the
 // bucket and resubscribe it on its next request, in a loop.

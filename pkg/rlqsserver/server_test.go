@@ -15,6 +15,7 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+	"github.com/throttlekit/throttlekit/pkg/policy"
 	"github.com/throttlekit/throttlekit/pkg/rlqs"
 	"github.com/throttlekit/throttlekit/pkg/rlqsserver"
 )
@@ -297,5 +298,137 @@ func TestBadMessagesEndTheStreamClearly(t *testing.T) {
 	}
 	if err := <-e2.ended; status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "no domain") {
 		t.Errorf("no domain: %v, want InvalidArgument", err)
+	}
+}
+
+// TestIdleSubscriptionIsAbandoned: a subscription that reported no
+// request for --rlqs-abandon-idle gets an AbandonAction and is left; a
+// report with requests keeps it.
+func TestIdleSubscriptionIsAbandoned(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{AbandonIdle: 2 * time.Minute})
+	e := connect(t, sc)
+	e.subscribe(tenantA)
+	tokens(t, e.next(tenantA))
+	clk.Set(t0.Add(100 * time.Second))
+	e.report(true, usage{bucket: tenantA, allowed: 3, elapsed: 5 * time.Second}) // active at 100 s
+	clk.Set(t0.Add(219 * time.Second))
+	e.report(true, usage{bucket: tenantA, elapsed: 5 * time.Second}) // idle 119 s: kept
+	for _, a := range e.pending(tenantA) {
+		if a.GetAbandonAction() != nil {
+			t.Fatal("abandoned before --rlqs-abandon-idle")
+		}
+	}
+	clk.Set(t0.Add(220 * time.Second))
+	e.report(false, usage{bucket: tenantA, elapsed: 5 * time.Second})
+	for {
+		a := e.next(tenantA)
+		if a.GetAbandonAction() != nil {
+			break
+		}
+		tokens(t, a) // the windows' assignments before it
+	}
+	// The sync bucket (no limit), idle since its subscription, is
+	// abandoned too.
+	if st := ruleStats(sc.srv, "per-tenant"); st.Abandons != 1 || sc.srv.Stats().Abandons != 2 {
+		t.Errorf("abandons %d (all %d), want 1 (all 2)", st.Abandons, sc.srv.Stats().Abandons)
+	}
+}
+
+// TestReloadTurnsAnAllowIntoAssignments: a bucket allowed for want of a
+// limit gets a token bucket at its next report once a reload gives it a
+// limit (the assignment replaces the blanket rule at the Envoy).
+func TestReloadTurnsAnAllowIntoAssignments(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecarWith(t, "domain: q\ndescriptors:\n  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", memstore.New(), clk, rlqsserver.Options{})
+	e := connect(t, sc)
+	e.report(false, usage{bucket: tenantA, allowed: 1})
+	if e.next(tenantA).GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+		t.Fatal("no limit: want ALLOW_ALL")
+	}
+	d, err := policy.Parse("q.yaml", []byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.eng.Load(bg, &policy.Set{Domains: []*policy.Domain{d}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(t0.Add(15 * time.Second))
+	e.report(false, usage{bucket: tenantA, allowed: 4, elapsed: 5 * time.Second})
+	n, ttl := tokens(t, e.next(tenantA))
+	if n < 1 || n > limit || clk.Now().Add(ttl).After(t0.Add(window-rlqs.DefaultGuard)) {
+		t.Errorf("after the reload: %d tokens for %v, want ≤ %d ending before the window", n, ttl, limit)
+	}
+}
+
+// TestExpiriesCounted: each assignment is counted expired once its TTL
+// (and the guard) has passed, at the bucket's next event.
+func TestExpiriesCounted(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
+	a, b, _, _ := twoStreams(t, sc, clk) // window 1: 2 assignments; window 2: 2 more
+	settled(t, sc)
+	a.report(true, usage{bucket: tenantA, allowed: 5, elapsed: 5 * time.Second})
+	b.report(true, usage{bucket: tenantA, allowed: 5, elapsed: 5 * time.Second})
+	clk.Set(t0.Add(2 * window))
+	tokens(t, a.next(tenantA))
+	tokens(t, b.next(tenantA))
+	settled(t, sc)
+	if st := ruleStats(sc.srv, "per-tenant"); st.Expiries < 2 || st.Expiries > st.Assignments {
+		t.Errorf("expiries %d of %d assignments, want the window before's (≥ 2)", st.Expiries, st.Assignments)
+	}
+}
+
+// TestTwoLimitsBothBind: a bucket under a minute limit of 50 and an hour
+// limit of 60 is assigned at most the minute's 50 in a window, and in the
+// next minute only what the hour has left (60 less the first window's):
+// every unit is leased from both counters, and the minute's surplus goes
+// back.
+func TestTwoLimitsBothBind(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
+	two := map[string]string{"two": "x"}
+	e := connect(t, sc)
+	e.report(false, usage{bucket: two, allowed: 1})
+	n1, ttl1 := tokens(t, e.next(two))
+	if n1 < 1 || n1 > 50 || ttl1 != 49*time.Second {
+		t.Fatalf("first minute: %d tokens for %v, want 1..50 for 49s", n1, ttl1)
+	}
+	clk.Set(t0.Add(30 * time.Second))
+	e.report(true, usage{bucket: two, allowed: 100, denied: 100, elapsed: 20 * time.Second}) // 10/s: more than either limit
+	clk.Set(t0.Add(window))
+	n2, _ := tokens(t, e.next(two))
+	settled(t, sc)
+	t.Logf("minute 1: %d, minute 2: %d (hour: 60)", n1, n2)
+	if n2 != 60-n1 {
+		t.Errorf("second minute: %d tokens, want the %d the hour has left", n2, 60-n1)
+	}
+	if m, h := ruleStats(sc.srv, "two-minute"), ruleStats(sc.srv, "two-hour"); h.Leased-h.Returned != 60 || m.Leased-m.Returned != n1+n2 {
+		t.Errorf("minute leased %d returned %d, hour leased %d returned %d: want the hour's 60 and the minute's %d kept", m.Leased, m.Returned, h.Leased, h.Returned, n1+n2)
+	}
+}
+
+// TestTwoLimitsWindowsNotNested: under a 7 s and a 10 s limit whose
+// windows do not nest, an assignment expires before the first of the two
+// windows ends, not the machine's (the 7 s one): its units were leased
+// from both.
+func TestTwoLimitsWindowsNotNested(t *testing.T) {
+	// An instant 1 s into a 7 s window and 6 s into a 10 s one: the 10 s
+	// window ends in 4 s, the 7 s one in 6 s.
+	u := t0.Unix()
+	for u%7 != 1 || u%10 != 6 {
+		u++
+	}
+	now := time.Unix(u, 0)
+	clk := clock.NewFake(now)
+	sc := startSidecarWith(t, "domain: q\ndescriptors:\n  - key: k\n    rate_limits:\n      - {name: seven, unit: second, unit_multiplier: 7, requests_per_unit: 100}\n      - {name: ten, unit: second, unit_multiplier: 10, requests_per_unit: 100}\n",
+		memstore.New(), clk, rlqsserver.Options{})
+	k := map[string]string{"k": "v"}
+	e := connect(t, sc)
+	e.report(false, usage{bucket: k, allowed: 1})
+	n, ttl := tokens(t, e.next(k))
+	t.Logf("%d tokens for %v (the 10 s window ends in 4 s, the 7 s one in 6 s)", n, ttl)
+	if ttl != 3*time.Second {
+		t.Errorf("TTL %v, want 3s: ⌊4 s − guard⌋, before the 10 s window ends", ttl)
 	}
 }

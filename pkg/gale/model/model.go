@@ -24,6 +24,10 @@
 // nodes and the cross-region coordinator (L3) for L2, and a region's return
 // a reconcile over a network that delivers it late, twice or never.
 //
+// RLQSConfig (rlqs.go) is the Rate Limit Quota Service one level out
+// again: Envoys enforcing token buckets as Envoy's rate_limit_quota filter
+// does, each assigned by a sidecar running the real rlqs.Machine.
+//
 // Each node's state for the key is the real gale.KeyState, and every change
 // to it is a call of the real gale.Machine (Check, Landed, GiveBack, Drain,
 // Expire): the model has no leasing logic of its own. It only sequences the

@@ -1,0 +1,53 @@
+package rlqs_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/rlqs"
+)
+
+// A window of 10 s and a limit of 30: two Envoys subscribe, then report
+// demands of 1 and 2 requests per second; at the next window the sidecar
+// leases their predicted 30 and assigns 10 and 20, each to expire before
+// the window ends less the Guard, in whole seconds.
+func Example() {
+	m := rlqs.Machine{Limit: 30, Window: 10 * time.Second}
+	var b rlqs.Bucket
+	t0 := time.Unix(1_700_000_000, 0) // a window's start
+	used := map[time.Time]int64{}     // the store: units leased per window
+	// do carries out a's lease (the store answering at once) and prints
+	// the assignments.
+	var do func(now time.Time, a rlqs.Actions)
+	do = func(now time.Time, a rlqs.Actions) {
+		for _, x := range a.Assign {
+			fmt.Printf("%v: stream %d gets %d tokens, 1 per %v, for %v\n", now.Sub(t0), x.Stream, x.MaxTokens, x.FillInterval, x.TTL)
+		}
+		if a.Return.Credits > 0 {
+			used[a.Return.WindowEnd] -= a.Return.Credits
+		}
+		if a.Lease.ID != 0 {
+			end := now.Truncate(m.Window).Add(m.Window)
+			n := min(a.Lease.Max, m.Limit-used[end])
+			used[end] += n
+			do(now, m.Landed(&b, a.Lease.ID, now, now, gale.Grant{Granted: n, Now: now, WindowEnd: end}))
+		}
+	}
+	for s := rlqs.StreamID(1); s <= 2; s++ {
+		a, _ := m.Report(&b, t0.Add(time.Second), s, 0, 1, 0) // subscriptions
+		do(t0.Add(time.Second), a)
+	}
+	a, _ := m.Report(&b, t0.Add(6*time.Second), 1, 5, 0, 5*time.Second)
+	do(t0.Add(6*time.Second), a)
+	a, _ = m.Report(&b, t0.Add(6*time.Second), 2, 4, 6, 5*time.Second)
+	do(t0.Add(6*time.Second), a)
+	fmt.Println("tick at", a.Wake.Sub(t0))
+	do(a.Wake, m.Tick(&b, a.Wake))
+	// Output:
+	// 1s: stream 1 gets 27 tokens, 1 per 20s, for 8s
+	// 1s: stream 2 gets 3 tokens, 1 per 20s, for 8s
+	// tick at 10s
+	// 10s: stream 1 gets 10 tokens, 1 per 20s, for 9s
+	// 10s: stream 2 gets 20 tokens, 1 per 20s, for 9s
+}

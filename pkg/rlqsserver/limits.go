@@ -1,0 +1,121 @@
+package rlqsserver
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
+	"github.com/throttlekit/throttlekit/pkg/rlqs"
+)
+
+// A bucket may count against several limits (one descriptor, several
+// rate_limits): every unit assigned is leased from each of them, and every
+// assignment must expire before each of the windows its units came from
+// ends. The machine runs on the limit with the shortest window (its
+// Limit is the smallest of the limits); each lease it asks is taken from
+// that limit first, then, up to what it granted, from each other limit in
+// turn. What the smallest grant does not cover goes straight back to the
+// limits that granted more. The window the machine is handed ends when the
+// first of the windows leased from ends, so every TTL ends before each of
+// them. (With windows that nest, as a minute in an hour, that is the
+// shortest limit's own window.)
+
+// machineFirst orders limits for the machine: the shortest window first
+// (ties: the smallest limit), the rest in policy order.
+func machineFirst(limits []ratelimit.QuotaLimit) []ratelimit.QuotaLimit {
+	out := slices.Clone(limits)
+	first := 0
+	for i, l := range out {
+		if c := cmp.Compare(l.Window, out[first].Window); c < 0 || c == 0 && l.Limit < out[first].Limit {
+			first = i
+		}
+	}
+	out[0], out[first] = out[first], out[0]
+	return out
+}
+
+// sameCounters reports whether a and b are the same counters with the
+// same windows, in the same order.
+func sameCounters(a, b []ratelimit.QuotaLimit) bool {
+	return slices.EqualFunc(a, b, func(x, y ratelimit.QuotaLimit) bool { return x.Key == y.Key && x.Window == y.Window })
+}
+
+// rule names the bucket in metrics: its machine's limit.
+func (b *bucket) rule() ratelimit.RuleRef {
+	if len(b.limits) == 0 {
+		return ratelimit.RuleRef{}
+	}
+	return b.limits[0].Rule
+}
+
+// leaseAll leases ask from every limit at sent: the machine's limit for
+// ask.Min..ask.Max, each other for 1..what the previous granted. It
+// returns the grant the machine lands (in its limit's store clock, its
+// window ending with the first window leased from) and each limit's grant
+// trimmed to it; the excess is given back. On a failure nothing is kept.
+func (b *bucket) leaseAll(ctx context.Context, limits []ratelimit.QuotaLimit, ask rlqs.LeaseAsk, sent time.Time) (gale.Grant, []ratelimit.QuotaGrant, error) {
+	parts := make([]ratelimit.QuotaGrant, len(limits))
+	n, asked := ask.Max, 0
+	var retry time.Duration
+	var err error
+	for i, l := range limits {
+		lo := int64(1)
+		if i == 0 {
+			lo = ask.Min
+		}
+		var g ratelimit.QuotaGrant
+		if g, err = l.Leaser.Lease(ctx, l.Key, min(lo, n), n, sent); err != nil {
+			break
+		}
+		asked++
+		parts[i] = g
+		b.srv.stats.rule(l.Rule, func(r *RuleStats) { r.Leased += g.Granted })
+		if g.Granted == 0 {
+			n, retry = 0, g.RetryAfter
+			break
+		}
+		n = min(n, g.Granted)
+	}
+	if err != nil {
+		n = 0
+	}
+	for i := range asked {
+		if extra := parts[i].Granted - n; extra > 0 {
+			b.returnUnits(limits[i], extra, parts[i], sent)
+		}
+		parts[i].Granted = n
+	}
+	if err != nil {
+		return gale.Grant{}, nil, err
+	}
+	first := parts[0]
+	g := gale.Grant{Granted: n, WindowEnd: first.StoreWindowEnd, Now: first.StoreNow, Decision: gale.Decision{RetryAfter: retry}}
+	if n > 0 {
+		end := first.WindowEnd
+		for _, p := range parts[1:] {
+			if p.WindowEnd.Before(end) {
+				end = p.WindowEnd
+			}
+		}
+		g.WindowEnd = first.StoreWindowEnd.Add(-first.WindowEnd.Sub(end))
+	}
+	return g, parts, nil
+}
+
+// giveBackLocked returns units the machine did not assign from its window
+// ending at end to each limit's grant of that window.
+func (b *bucket) giveBackLocked(units int64, end time.Time, now time.Time) {
+	parts := b.windows[end]
+	if len(parts) != len(b.limits) {
+		// Not a window this bucket recorded (one machine, one limit):
+		// the machine's own window is its limit's.
+		b.returnUnits(b.limits[0], units, ratelimit.QuotaGrant{StoreWindowEnd: end}, now)
+		return
+	}
+	for i, l := range b.limits {
+		b.returnUnits(l, units, parts[i], now)
+	}
+}
