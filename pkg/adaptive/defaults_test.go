@@ -66,9 +66,9 @@ func TestRecalibrationIsOnByDefault(t *testing.T) {
 			now := t0
 			prime(t, c, &now) // the schedule starts at the first sample
 			// 15s of samples, each slower than the last: a rolling window
-			// of 100 would forget 40ms; the minimum since the last
-			// recalibration does not.
-			for i := range 1490 {
+			// of 100 would forget 40ms; the least batch median since the
+			// last recalibration does not.
+			for i := range 1475 {
 				now = now.Add(10 * time.Millisecond)
 				rtt := 41*time.Millisecond + time.Duration(i)*100*time.Microsecond // up to 190ms
 				c.Observe(now, Sample{Start: now.Add(-rtt), RTT: rtt, Inflight: 1, Outcome: OK})

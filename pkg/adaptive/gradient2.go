@@ -113,7 +113,7 @@ func NewGradient2(c Gradient2Config) (*Gradient2, error) {
 		minUtil:   c.MinUtilization,
 		estimate:  float64(b.initial),
 		limit:     b.initial,
-		noload:    newMinWindow(c.RTTWindow),
+		noload:    newBatchWindow(c.RTTWindow),
 		recal:     r,
 		pace:      pacing{initial: b.initial},
 	}, nil
