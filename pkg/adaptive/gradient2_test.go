@@ -3,6 +3,7 @@ package adaptive
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -221,5 +222,37 @@ func TestRecalibration(t *testing.T) {
 				t.Fatalf("no-load %v after recalibration, want the re-measured 60ms", rtt)
 			}
 		})
+	}
+}
+
+// An unbounded batch window (gradient2's and aimd's no-load RTT between
+// recalibrations) is the least median of its whole batches of noloadBatch
+// values, the partial batch's median before the first is whole, checked
+// against the obvious computation; and it does not sink with the number
+// of jittered values as a minimum does.
+func TestBatchWindowAgainstNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	w := newBatchWindow(0)
+	var vals []time.Duration
+	var best time.Duration
+	for i := range 3000 {
+		v := time.Duration(50e6 * math.Exp(0.05*rng.NormFloat64()))
+		w.push(v)
+		vals = append(vals, v)
+		batch := vals[len(vals)-(len(vals)-1)%noloadBatch-1:]
+		med := slices.Sorted(slices.Values(batch))[(len(batch)-1)/2]
+		if len(batch) == noloadBatch && (best == 0 || med < best) {
+			best = med
+		}
+		want := best
+		if want == 0 {
+			want = med
+		}
+		if got, _ := w.min(); got != want {
+			t.Fatalf("value %d: %v, want %v", i, got, want)
+		}
+	}
+	if got, _ := w.min(); got < 47*time.Millisecond || slices.Min(vals) > 43*time.Millisecond {
+		t.Fatalf("after 3,000 values: batch window %v (want ≥ 47ms, near the 50ms median), minimum %v (a minimum sinks below 43ms)", got, slices.Min(vals))
 	}
 }

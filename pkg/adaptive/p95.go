@@ -93,7 +93,14 @@ const minErrorSamples = 5
 // increasing slowly and decreasing fast. Every TickInterval it computes the
 // signal over the samples of the last Window: above Target·(1+Tolerance) the
 // limit is multiplied by DecreaseFactor; below Target·(1−Tolerance) it gains
-// IncreaseStep; inside the band it holds. Above MaxErrorRate errors
+// IncreaseStep; inside the band it holds. Until its first decrease it is
+// in slow start: it is judged also after every round of answers (twice
+// the limit, at least MinSamples, and at least OverdueAfter since the
+// last judgement, so a request the last rise sent past a cap that drops it
+// is found lost first), and below the band its rise doubles per round —
+// IncreaseStep, then 2, 4 … steps, at most doubling the limit, as
+// pacing's start-up (a step a second took 30 s to go from 10 to 40 on a
+// backend with room for 300). Above MaxErrorRate errors
 // (Error, Timeout, Overdue) since the previous evaluation it decreases at
 // once, from what was in flight. A Timeout — a request the backend never
 // answered: the client gave up, or the gate found it lost — decreases it at
