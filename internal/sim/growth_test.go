@@ -10,12 +10,10 @@ import (
 // docs/adaptive-concurrency.md, Growth on a healthy backend): what each
 // controller must still do on clean-ramp (a fraction of a static 300's
 // throughput) and on burst (a multiple of a static 200's time), pinned
-// where it is so that it gets no worse. gradient2 saws between start-up
-// and the collapse of its per-answer average; vegas's α/β read a 1.04×
-// RTT rise as a queue.
+// where it is so that it gets no worse. vegas's α/β read a 1.04× RTT
+// rise as a queue.
 var growthShort = map[string]struct{ cleanRamp, burst float64 }{
-	KindGradient2: {cleanRamp: 0.80, burst: 2.1},
-	KindVegas:     {cleanRamp: 0.63},
+	KindVegas: {cleanRamp: 0.63},
 }
 
 // On clean-ramp (room for 300 in flight, 300 clients, nothing in the way)

@@ -256,3 +256,51 @@ func TestBatchWindowAgainstNaive(t *testing.T) {
 		t.Fatalf("after 3,000 values: batch window %v (want ≥ 47ms, near the 50ms median), minimum %v (a minimum sinks below 43ms)", got, slices.Min(vals))
 	}
 }
+
+// One round trip's answers past a knee move gradient2's estimate by about
+// one round trip's worth, as many as they are: 400 answers at 2× the
+// no-load RTT (gradient 0.625) take 400 to 290, where, weighed 0.05 each,
+// they took it to 9.4, near the gradient's fixed point 7 (0.625·e + √e = e): a
+// collapse within the round trip before the first answer to the cut came
+// back. At 10 in flight 0.05 is less than 1/10: Smoothing unchanged.
+func TestGradient2FallIsPacedPerRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		inflight int
+		lo, hi   float64
+	}{
+		{400, 285, 295}, // e' = e + (−0.375e + √e)/400 per answer: 290.2
+		{10, 9.65, 9.8}, // e' = e + 0.05·(−0.375e + √e): 9.72
+	} {
+		g := must(NewGradient2(Gradient2Config{MaxLimit: 1000, InitialLimit: c.inflight})).(*Gradient2)
+		now := t0
+		prime(t, g, &now) // no-load 40ms
+		for range c.inflight {
+			now = now.Add(time.Millisecond)
+			g.Observe(now, Sample{Start: now.Add(-80 * time.Millisecond), RTT: 80 * time.Millisecond, Inflight: c.inflight, Outcome: OK})
+		}
+		if g.estimate < c.lo || g.estimate > c.hi {
+			t.Errorf("%d in flight, a round trip at 2× the no-load RTT: estimate %.2f, want in [%v, %v]", c.inflight, g.estimate, c.lo, c.hi)
+		}
+	}
+}
+
+// Gradient2 calls a request overdue where its gradient would lower the
+// estimate, but never before 1.5× the no-load RTT: at an estimate of 200
+// that RTT is 1.34× (53.8ms on a 40ms backend), inside the jitter's tail
+// at the estimate's own equilibrium.
+func TestGradient2OverdueFloor(t *testing.T) {
+	for _, c := range []struct {
+		estimate int
+		want     time.Duration
+	}{
+		{200, 60 * time.Millisecond},
+		{16, 66666666}, // 1.25·40ms / (1 − 1/√16): 66.7ms
+	} {
+		g := must(NewGradient2(Gradient2Config{MaxLimit: 1000, InitialLimit: c.estimate})).(*Gradient2)
+		now := t0
+		prime(t, g, &now)
+		if got := g.OverdueAfter(); got != c.want {
+			t.Errorf("estimate %d: overdue after %v, want %v", c.estimate, got, c.want)
+		}
+	}
+}
