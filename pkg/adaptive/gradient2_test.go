@@ -109,16 +109,17 @@ func TestVegasJudgesARoundTripByItsFastestAnswer(t *testing.T) {
 	now := t0
 	prime(t, v, &now)
 	now = now.Add(time.Second)
-	// At 30, alpha is 4.4 and beta 8.9: 50 ms against the no-load 40 ms is
-	// a queue of 6, which holds; 80 ms alone would be 15, past beta.
-	feed(v, &now, 20, 4*time.Millisecond, 50*time.Millisecond, OK)
+	// At 30, alpha is 6 (30/5) and beta 9 (30·0.3): 52 ms against the
+	// no-load 40 ms is a queue of 6.9, which holds; 80 ms alone would be
+	// 15, past beta.
+	feed(v, &now, 20, 4*time.Millisecond, 52*time.Millisecond, OK)
 	if got := v.Limit(); got != 30 {
 		t.Fatalf("limit %d after answers that hold, want 30", got)
 	}
 	if got := feed(v, &now, 1, 4*time.Millisecond, 80*time.Millisecond, OK)[0]; got != 30 {
 		t.Fatalf("one slow answer among fast ones took the limit to %d, want 30", got)
 	}
-	feed(v, &now, 5, 4*time.Millisecond, 50*time.Millisecond, OK)
+	feed(v, &now, 5, 4*time.Millisecond, 52*time.Millisecond, OK)
 	limits := feed(v, &now, 30, 4*time.Millisecond, 80*time.Millisecond, OK) // three round trips of slow answers
 	if got := limits[len(limits)-1]; got != 29 {
 		t.Fatalf("limit %d after round trips of slow answers, want 29 (−1, once per congestion event): %v", got, limits)

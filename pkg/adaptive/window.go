@@ -18,8 +18,10 @@ import (
 // number (0.84× the median after 3,000 answers with 5% jitter), and a law
 // judging each answer against it reads jitter as a queue: gradient2 held
 // clean-ramp's healthy backend at 130 in flight until its first
-// recalibration, not 200, and aimd at 190. Vegas keeps the minimum: it
-// judges a round trip by its least RTT, a minimum too. The zero value is
+// recalibration, not 200, and aimd at 190. Vegas keeps the minimum for
+// its queue estimate: it judges a round trip by its least RTT, a minimum
+// too; its overdue floor takes the batch median (see Vegas.OverdueAfter).
+// The zero value is
 // unusable; make one with newMinWindow or newBatchWindow.
 type minWindow struct {
 	n uint64 // window length in values; 0: unbounded
