@@ -125,7 +125,7 @@ func NewAIMD(c AIMDConfig) (*AIMD, error) {
 	if c.RTTWindow == 0 && !a.recal.on() {
 		c.RTTWindow = DefaultRTTWindow
 	}
-	a.noload = newMinWindow(c.RTTWindow)
+	a.noload = newBatchWindow(c.RTTWindow)
 	return a, nil
 }
 

@@ -13,7 +13,7 @@ type Gradient2Config struct {
 	// DefaultMinLimit, DefaultMaxLimit and DefaultInitialLimit.
 	MinLimit, MaxLimit, InitialLimit int
 	// Tolerance is how far the RTT may rise above the no-load RTT before the
-	// limit shrinks: gradient = clamp(Tolerance·rttNoload/rtt, 0.5, 1). At
+	// limit shrinks: gradient = clamp(Tolerance·rttNoload/rtt, 0.25, Tolerance). At
 	// least 1; 0 means 1.25.
 	Tolerance float64
 	// RTTWindow is how many recent OK samples the no-load RTT is the minimum
@@ -21,7 +21,13 @@ type Gradient2Config struct {
 	// sample since the last recalibration (100 with recalibration off).
 	RTTWindow int
 	// Smoothing is the weight of each new limit in the estimate's moving
-	// average, in (0, 1]. 0 means 0.05.
+	// average, in (0, 1]. 0 means 0.05. An answer weighs at most
+	// 1/(requests in flight when it was admitted): a round trip's
+	// answers together move the estimate about 1 − 1/e of the way to
+	// their target, however many they are. Weighed 0.05 each, the ~370
+	// answers of one round trip past a knee took the estimate from 370 to
+	// 20 before the first answer to the cut came back (burst: a saw
+	// between start-up and collapse, 2.08× a static limit's time).
 	Smoothing float64
 	// MinUtilization: a sample admitted with Inflight < limit·MinUtilization
 	// carries no "could go higher" information and cannot raise the limit. 0
@@ -113,7 +119,7 @@ func NewGradient2(c Gradient2Config) (*Gradient2, error) {
 		minUtil:   c.MinUtilization,
 		estimate:  float64(b.initial),
 		limit:     b.initial,
-		noload:    newMinWindow(c.RTTWindow),
+		noload:    newBatchWindow(c.RTTWindow),
 		recal:     r,
 		pace:      pacing{initial: b.initial},
 	}, nil
@@ -126,10 +132,15 @@ func (*Gradient2) Name() string { return "gradient2" }
 func (g *Gradient2) Limit() int { return g.limit }
 
 // OverdueAfter is the RTT above which a sample lowers the estimate, the
-// RTT whose gradient is 1 − 1/√estimate: a request in flight longer is a
-// congestion signal already (see OverdueReporter). 0 before the first OK
-// sample, and while the estimate is 4 or less (the gradient's floor, 0.5,
-// lowers nothing then).
+// RTT whose gradient is 1 − 1/√estimate, and at least 1.5× the no-load
+// RTT: a request in flight longer is a congestion signal already (see
+// OverdueReporter). 0 before the first OK sample, and while the estimate
+// is 4 or less (the gradient's floor lowers nothing then). The floor, as
+// Vegas's: at large estimates the RTT that lowers the estimate is its
+// equilibrium's (1.34× the no-load RTT at 200), and the jitter's tail
+// passes it; each such request, reported Overdue, was a congestion event
+// that held growth for a round trip, and clean-ramp's healthy backend sat
+// at 195 in flight, not the 230 its gradient settles at.
 func (g *Gradient2) OverdueAfter() time.Duration { return g.after }
 
 // setAfter brings OverdueAfter up to date.
@@ -140,7 +151,7 @@ func (g *Gradient2) setAfter() {
 		g.after = 0
 		return
 	}
-	g.after = time.Duration(g.tolerance * float64(noload) / down)
+	g.after = max(time.Duration(g.tolerance*float64(noload)/down), noload*3/2)
 }
 
 // Observe folds s in at now and returns the limit now in force.
@@ -174,13 +185,19 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 	if s.Outcome == OK {
 		g.noload.push(rtt)
 		noload, _ := g.noload.min()
-		gradient = min(max(g.tolerance*float64(noload)/float64(rtt), gradientFloor), 1)
+		// Capped at Tolerance, not 1: an answer faster than
+		// Tolerance·rttNoload weighs against a slow one. Capped at 1, the
+		// jitter's fast half could not offset its slow half, and the
+		// average gradient sat below the one of the average RTT.
+		gradient = min(max(g.tolerance*float64(noload)/float64(rtt), gradientFloor), g.tolerance)
 	}
 	newLimit := g.estimate*gradient + math.Sqrt(g.estimate)
 	if newLimit > g.estimate && (s.Outcome != OK || !g.losses.mayGrow(s) || !g.delays.mayGrow(s) || !utilized(s, g.limit, g.minUtil, g.pace.slow(g.limit))) {
 		return g.limit
 	}
-	next := g.estimate*(1-g.smoothing) + newLimit*g.smoothing
+	// Each answer weighs at most one round trip's share (see Smoothing).
+	w := min(g.smoothing, 1/startRound(s))
+	next := g.estimate*(1-w) + newLimit*w
 	if next > g.estimate {
 		next = g.pace.growF(now, s, g.estimate, next)
 	}

@@ -3,6 +3,7 @@ package adaptive
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -108,16 +109,17 @@ func TestVegasJudgesARoundTripByItsFastestAnswer(t *testing.T) {
 	now := t0
 	prime(t, v, &now)
 	now = now.Add(time.Second)
-	// At 30, alpha is 4.4 and beta 8.9: 50 ms against the no-load 40 ms is
-	// a queue of 6, which holds; 80 ms alone would be 15, past beta.
-	feed(v, &now, 20, 4*time.Millisecond, 50*time.Millisecond, OK)
+	// At 30, alpha is 6 (30/5) and beta 9 (30·0.3): 52 ms against the
+	// no-load 40 ms is a queue of 6.9, which holds; 80 ms alone would be
+	// 15, past beta.
+	feed(v, &now, 20, 4*time.Millisecond, 52*time.Millisecond, OK)
 	if got := v.Limit(); got != 30 {
 		t.Fatalf("limit %d after answers that hold, want 30", got)
 	}
 	if got := feed(v, &now, 1, 4*time.Millisecond, 80*time.Millisecond, OK)[0]; got != 30 {
 		t.Fatalf("one slow answer among fast ones took the limit to %d, want 30", got)
 	}
-	feed(v, &now, 5, 4*time.Millisecond, 50*time.Millisecond, OK)
+	feed(v, &now, 5, 4*time.Millisecond, 52*time.Millisecond, OK)
 	limits := feed(v, &now, 30, 4*time.Millisecond, 80*time.Millisecond, OK) // three round trips of slow answers
 	if got := limits[len(limits)-1]; got != 29 {
 		t.Fatalf("limit %d after round trips of slow answers, want 29 (−1, once per congestion event): %v", got, limits)
@@ -221,5 +223,85 @@ func TestRecalibration(t *testing.T) {
 				t.Fatalf("no-load %v after recalibration, want the re-measured 60ms", rtt)
 			}
 		})
+	}
+}
+
+// An unbounded batch window (gradient2's and aimd's no-load RTT between
+// recalibrations) is the least median of its whole batches of noloadBatch
+// values, the partial batch's median before the first is whole, checked
+// against the obvious computation; and it does not sink with the number
+// of jittered values as a minimum does.
+func TestBatchWindowAgainstNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	w := newBatchWindow(0)
+	var vals []time.Duration
+	var best time.Duration
+	for i := range 3000 {
+		v := time.Duration(50e6 * math.Exp(0.05*rng.NormFloat64()))
+		w.push(v)
+		vals = append(vals, v)
+		batch := vals[len(vals)-(len(vals)-1)%noloadBatch-1:]
+		med := slices.Sorted(slices.Values(batch))[(len(batch)-1)/2]
+		if len(batch) == noloadBatch && (best == 0 || med < best) {
+			best = med
+		}
+		want := best
+		if want == 0 {
+			want = med
+		}
+		if got, _ := w.min(); got != want {
+			t.Fatalf("value %d: %v, want %v", i, got, want)
+		}
+	}
+	if got, _ := w.min(); got < 47*time.Millisecond || slices.Min(vals) > 43*time.Millisecond {
+		t.Fatalf("after 3,000 values: batch window %v (want ≥ 47ms, near the 50ms median), minimum %v (a minimum sinks below 43ms)", got, slices.Min(vals))
+	}
+}
+
+// One round trip's answers past a knee move gradient2's estimate by about
+// one round trip's worth, as many as they are: 400 answers at 2× the
+// no-load RTT (gradient 0.625) take 400 to 290, where, weighed 0.05 each,
+// they took it to 9.4, near the gradient's fixed point 7 (0.625·e + √e = e): a
+// collapse within the round trip before the first answer to the cut came
+// back. At 10 in flight 0.05 is less than 1/10: Smoothing unchanged.
+func TestGradient2FallIsPacedPerRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		inflight int
+		lo, hi   float64
+	}{
+		{400, 285, 295}, // e' = e + (−0.375e + √e)/400 per answer: 290.2
+		{10, 9.65, 9.8}, // e' = e + 0.05·(−0.375e + √e): 9.72
+	} {
+		g := must(NewGradient2(Gradient2Config{MaxLimit: 1000, InitialLimit: c.inflight})).(*Gradient2)
+		now := t0
+		prime(t, g, &now) // no-load 40ms
+		for range c.inflight {
+			now = now.Add(time.Millisecond)
+			g.Observe(now, Sample{Start: now.Add(-80 * time.Millisecond), RTT: 80 * time.Millisecond, Inflight: c.inflight, Outcome: OK})
+		}
+		if g.estimate < c.lo || g.estimate > c.hi {
+			t.Errorf("%d in flight, a round trip at 2× the no-load RTT: estimate %.2f, want in [%v, %v]", c.inflight, g.estimate, c.lo, c.hi)
+		}
+	}
+}
+
+// Gradient2 calls a request overdue where its gradient would lower the
+// estimate, but never before 1.5× the no-load RTT: at an estimate of 200
+// that RTT is 1.34× (53.8ms on a 40ms backend), inside the jitter's tail
+// at the estimate's own equilibrium.
+func TestGradient2OverdueFloor(t *testing.T) {
+	for _, c := range []struct {
+		estimate int
+		want     time.Duration
+	}{
+		{200, 60 * time.Millisecond},
+		{16, 66666666}, // 1.25·40ms / (1 − 1/√16): 66.7ms
+	} {
+		g := must(NewGradient2(Gradient2Config{MaxLimit: 1000, InitialLimit: c.estimate})).(*Gradient2)
+		now := t0
+		prime(t, g, &now)
+		if got := g.OverdueAfter(); got != c.want {
+			t.Errorf("estimate %d: overdue after %v, want %v", c.estimate, got, c.want)
+		}
 	}
 }

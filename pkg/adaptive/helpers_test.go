@@ -65,12 +65,17 @@ func feed(c Controller, now *time.Time, n int, step, rtt time.Duration, o Outcom
 	return limits
 }
 
-// prime gives relative controllers a 40ms no-load baseline with samples
-// taken far below the limit, which moves no controller's limit.
+// prime gives relative controllers a 40ms no-load baseline with a batch of
+// samples (see minWindow) taken far below the limit, which moves no
+// controller's limit.
 func prime(tb testing.TB, c Controller, now *time.Time) {
 	tb.Helper()
 	before := c.Limit()
-	for range 5 {
+	n := noloadBatch
+	if _, ok := c.(*P95); ok {
+		n = 5 // no baseline; fewer than its MinSamples leave its window unjudged
+	}
+	for range n {
 		*now = now.Add(10 * time.Millisecond)
 		c.Observe(*now, Sample{Start: now.Add(-40 * time.Millisecond), RTT: 40 * time.Millisecond, Inflight: 1, Outcome: OK})
 	}

@@ -93,7 +93,14 @@ const minErrorSamples = 5
 // increasing slowly and decreasing fast. Every TickInterval it computes the
 // signal over the samples of the last Window: above Target·(1+Tolerance) the
 // limit is multiplied by DecreaseFactor; below Target·(1−Tolerance) it gains
-// IncreaseStep; inside the band it holds. Above MaxErrorRate errors
+// IncreaseStep; inside the band it holds. Until its first decrease it is
+// in slow start: it is judged also after every round of answers (twice
+// the limit, at least MinSamples, and at least OverdueAfter since the
+// last judgement, so a request the last rise sent past a cap that drops it
+// is found lost first), and below the band its rise doubles per round —
+// IncreaseStep, then 2, 4 … steps, at most doubling the limit, as
+// pacing's start-up (a step a second took 30 s to go from 10 to 40 on a
+// backend with room for 300). Above MaxErrorRate errors
 // (Error, Timeout, Overdue) since the previous evaluation it decreases at
 // once, from what was in flight. A Timeout — a request the backend never
 // answered: the client gave up, or the gate found it lost — decreases it at
@@ -125,6 +132,9 @@ type P95 struct {
 	calmUntil            time.Time // end of the cooldown after the last decrease
 	losses               recovery  // Timeout
 	peak                 int       // highest Inflight since the last evaluation
+	// cut is set by the first decrease: slow start is over (see P95).
+	cut  bool
+	last time.Time // the last evaluation
 }
 
 // NewP95 returns a P95 controller for c.
@@ -243,13 +253,22 @@ func (p *P95) Observe(now time.Time, s Sample) int {
 		p.next = now.Add(p.c.TickInterval)
 		return p.limit
 	}
-	if now.Before(p.next) {
+	if now.Before(p.next) && !p.roundDone(now) {
 		return p.limit
 	}
-	p.next = now.Add(p.c.TickInterval)
+	p.last, p.next = now, now.Add(p.c.TickInterval)
 	p.evaluate(now)
 	p.peak = 0
 	return p.limit
+}
+
+// roundDone reports whether, in slow start, a round of answers has come
+// in since the last evaluation: twice the limit, at least MinSamples, and
+// at least OverdueAfter after it, so that a request the last rise sent
+// past a cap that drops it is found lost (see OverdueReporter) before the
+// next rise.
+func (p *P95) roundDone(now time.Time) bool {
+	return !p.cut && p.recent >= max(2*p.limit, p.c.MinSamples) && now.Sub(p.last) >= p.OverdueAfter()
 }
 
 // evaluate applies the control law to the window ending at now.
@@ -295,6 +314,11 @@ func (p *P95) evaluate(now time.Time) {
 	case float64(signal) > target*(1+p.c.Tolerance):
 		p.decrease(now)
 	case float64(signal) < target*(1-p.c.Tolerance) && utilized(Sample{Inflight: p.peak}, p.limit, p.c.MinUtilization, false):
+		if !p.cut { // slow start: the rise doubles per round trip (see pacing)
+			l := p.limit
+			p.limit = p.b.clamp(l + min(l, p.c.IncreaseStep*max(1, l-p.b.initial+1)))
+			return
+		}
 		p.limit = p.b.clamp(p.limit + p.c.IncreaseStep)
 	}
 }
@@ -312,4 +336,5 @@ func (p *P95) decrease(now time.Time) {
 	}
 	p.limit = p.b.clamp(next)
 	p.calmUntil = now.Add(p.c.Cooldown)
+	p.cut = true
 }

@@ -23,18 +23,28 @@ func newKataP95(t *testing.T, minL, maxL, initial int, mod func(*P95Config)) *P9
 	return c
 }
 
-func TestP95IncreasesOneStepPerTickUnderLowLatency(t *testing.T) {
+// Until its first decrease p95 is in slow start: it judges each round of
+// answers (twice the limit, at least MinSamples, at least OverdueAfter
+// apart) and its rise doubles per round, 1, 2, 4 … (as pacing's
+// start-up); after a decrease it adds one step per tick.
+func TestP95SlowStartThenOneStepPerTick(t *testing.T) {
 	c, now := newKataP95(t, 1, 10, 2, nil), t0
-	limits := feed(c, &now, 20, 5*time.Millisecond, 40*time.Millisecond, OK)
+	limits := feed(c, &now, 19, 5*time.Millisecond, 40*time.Millisecond, OK)
 	if slices.Max(limits) != 2 {
-		t.Fatalf("limit moved before the first tick: %v", limits)
+		t.Fatalf("limit moved before a round of answers: %v", limits)
 	}
-	feed(c, &now, 1, 5*time.Millisecond, 40*time.Millisecond, OK) // t0+105ms: tick
-	if c.Limit() != 3 {
-		t.Fatalf("after the first tick: limit %d, want 3", c.Limit())
+	limits = feed(c, &now, 200, 5*time.Millisecond, 40*time.Millisecond, OK)
+	if got := slices.Compact(limits); !slices.Equal(got, []int{3, 5, 9, 10}) {
+		t.Fatalf("limits %v, want the rise doubling per round: 3, 5, 9, 10 (the max)", got)
 	}
+	// One tick of slow answers: ×0.7, slow start over.
+	feed(c, &now, 40, 5*time.Millisecond, 500*time.Millisecond, OK)
+	if c.Limit() != 7 {
+		t.Fatalf("after slow answers: limit %d, want 7", c.Limit())
+	}
+	now = now.Add(3 * time.Second) // the slow answers leave the window
 	limits = feed(c, &now, 400, 5*time.Millisecond, 40*time.Millisecond, OK)
-	if got := slices.Compact(limits); !slices.Equal(got, []int{3, 4, 5, 6, 7, 8, 9, 10}) {
+	if got := slices.Compact(limits); !slices.Equal(got, []int{7, 8, 9, 10}) {
 		t.Fatalf("limits %v, want one step per tick up to the max", got)
 	}
 }

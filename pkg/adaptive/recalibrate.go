@@ -33,9 +33,16 @@ type Recalibration struct {
 	// goroutines.
 	Rand *rand.Rand
 	// Limit is the limit pinned while recalibrating. 0 means a quarter of
-	// the limit in force when the pin starts (rounded up), at least
-	// MinLimit: low enough that a backend at its knee drains to near its
-	// no-load latency, not so low that the pin starves it.
+	// the limit in force when the pin starts, or of the requests in flight
+	// when the sample that starts it was admitted if fewer (rounded up),
+	// at least MinLimit: low enough that a backend at its knee drains to
+	// near its no-load latency, not so low that the pin starves it. A limit
+	// may stand far above what is used (an open loop; a backend that has
+	// just lost capacity): pinned at a quarter of the limit, the backend
+	// still queues. capacity-drop-defaults recalibrates just as its
+	// backend drops to a third: vegas's pin of 13 (of 49) on a knee of 20
+	// measured 68 ms as the no-load RTT, not 50, and held it at 19 in
+	// flight (p99 100.9 ms, bound 100) until the next recalibration.
 	Limit int
 	// RequestCount is how many samples re-measure the no-load RTT. 0 means
 	// 20.
@@ -61,13 +68,14 @@ const (
 
 // recalibrator schedules recalibrations on the Observe timeline.
 type recalibrator struct {
-	cfg    Recalibration // resolved; Interval 0 means off
-	b      bounds
-	next   time.Time // when the next recalibration starts; zero before the first Observe
-	active bool
-	since  time.Time // when the active recalibration pinned the limit
-	seen   int       // samples measured so far; Invariant: 0 ≤ seen < cfg.RequestCount while active
-	saved  float64   // the controller's level when the active recalibration began (see hold)
+	cfg      Recalibration // resolved; Interval 0 means off
+	b        bounds
+	next     time.Time // when the next recalibration starts; zero before the first Observe
+	active   bool
+	since    time.Time // when the active recalibration pinned the limit
+	seen     int       // samples measured so far; Invariant: 0 ≤ seen < cfg.RequestCount while active
+	saved    float64   // the controller's level when the active recalibration began (see hold)
+	inflight int       // Inflight of the sample that began it (see pin); 0: unknown
 	// measured holds the active recalibration's RTTs; its median becomes
 	// the no-load RTT (a minimum of jittered samples would sit below the
 	// typical unloaded answer, and sink further with every sample after).
@@ -110,6 +118,9 @@ func (r *recalibrator) pin(limit int) int {
 	if r.cfg.Limit != 0 {
 		return r.cfg.Limit
 	}
+	if r.inflight > 0 && r.inflight < limit {
+		limit = r.inflight
+	}
 	return r.b.clamp((limit + 3) / 4)
 }
 
@@ -126,6 +137,7 @@ func (r *recalibrator) phase(now time.Time, s Sample) recalPhase {
 			return recalOff
 		}
 		r.active, r.since, r.seen = true, now, 0
+		r.inflight = s.Inflight
 		return recalBegin
 	}
 	if s.Outcome != OK || s.Start.Before(r.since) {

@@ -36,14 +36,25 @@ type VegasConfig struct {
 // the limit where the tail, not the queue, reached beta (75-80% of the
 // capacity on load-step's overload).
 //
-// and with step = max(1, ⌊log10(limit)⌋), alpha = max(1, 3·log10(limit)) and
-// beta = max(1, 6·log10(limit)): queue < alpha raises the limit by step (if
+// and with step = max(1, ⌊log10(limit)⌋), alpha = max(1, 3·log10(limit),
+// limit/5) and beta = max(1, 6·log10(limit), 0.3·limit): queue < alpha
+// raises the limit by step (if
 // the sample was admitted at the limit; paced, see pacing), queue > beta or
 // an Overdue sample lowers it by step, once per congestion event, and
 // anything between holds. A loss (Error, Timeout) halves what was in flight
 // when it was admitted, once per event (see recovery); Dropped says
 // nothing. Only OK samples feed the no-load RTT (see RTTWindow and
 // Recalibration).
+//
+// The proportional terms of alpha and beta (above a limit of about 20 and
+// 27) hold the limit where the round trip's least RTT is between 1.25×
+// (gradient2's default tolerance) and 1.43× the no-load RTT. Netflix's
+// logarithmic alpha and beta alone call a 3.6% RTT rise a queue at a limit
+// of 200, inside the gap between a round trip's least RTT and the least
+// of every answer since the last recalibration (4% with 5% jitter), and
+// below the rise of a backend that serves requests concurrently and slows
+// before it saturates: vegas held clean-ramp's backend, which has room
+// for 300, at 140 in flight (64% of a static 300's throughput).
 //
 // A Vegas is not safe for concurrent use; see Controller.
 type Vegas struct {
@@ -52,6 +63,7 @@ type Vegas struct {
 	minUtil float64
 	limit   int // Invariant: b.min ≤ limit ≤ b.max
 	noload  *minWindow
+	typical *minWindow // OverdueAfter's floor's baseline (see OverdueAfter)
 	recal   recalibrator
 	pace    pacing
 	losses  recovery      // Error and Timeout
@@ -59,8 +71,8 @@ type Vegas struct {
 	after   time.Duration // OverdueAfter's answer, kept by Observe
 	// afterFor is what after was computed from.
 	afterFor struct {
-		limit  int
-		noload time.Duration
+		limit           int
+		noload, typical time.Duration
 	}
 }
 
@@ -87,7 +99,7 @@ func NewVegas(c VegasConfig) (*Vegas, error) {
 	if c.RTTWindow == 0 && !r.on() {
 		c.RTTWindow = DefaultRTTWindow
 	}
-	return &Vegas{b: b, minUtil: c.MinUtilization, limit: b.initial, noload: newMinWindow(c.RTTWindow), recal: r, pace: pacing{initial: b.initial}}, nil
+	return &Vegas{b: b, minUtil: c.MinUtilization, limit: b.initial, noload: newMinWindow(c.RTTWindow), typical: newBatchWindow(c.RTTWindow), recal: r, pace: pacing{initial: b.initial}}, nil
 }
 
 // Name returns "vegas".
@@ -97,35 +109,49 @@ func (*Vegas) Name() string { return "vegas" }
 func (v *Vegas) Limit() int { return v.limit }
 
 // OverdueAfter is the RTT above which a sample's queue estimate passes
-// beta and lowers the limit, and at least 1.5× the no-load RTT: a request
-// in flight longer is a congestion signal already (see OverdueReporter).
-// 0 before the first OK sample, and while the limit is at most beta (no
-// RTT lowers it then). The floor: at large limits beta's RTT comes within
-// the jitter of the no-load RTT (1.14× at a limit of 100), and one request
-// that slow is the tail, which the law itself no longer cuts for.
+// beta and lowers the limit, and at least 1.5× a typical unloaded answer:
+// a request in flight longer is a congestion signal already (see
+// OverdueReporter). 0 before the first OK sample, and while the limit is
+// at most beta (no RTT lowers it then). The floor: at large limits beta's
+// RTT comes within the jitter of the no-load RTT, and one request that
+// slow is the tail, which the law itself does not cut for. The typical
+// answer is the least median of batches of 20 (see newBatchWindow), the
+// recalibration's median once there is one: one request is judged against
+// one answer, not against the least of thousands, which sinks to 0.84×
+// the median before the first recalibration, and brought the floor inside
+// the jitter of 150 in flight on clean-ramp (an Overdue, and a cut, every
+// round trip).
 func (v *Vegas) OverdueAfter() time.Duration { return v.after }
 
 // setAfter brings OverdueAfter up to date (computed again only when the
-// limit or the no-load RTT has moved).
+// limit, the no-load RTT or the typical answer has moved).
 func (v *Vegas) setAfter() {
 	noload, ok := v.noload.min()
-	if v.limit == v.afterFor.limit && noload == v.afterFor.noload {
+	typical, _ := v.typical.min()
+	if v.limit == v.afterFor.limit && noload == v.afterFor.noload && typical == v.afterFor.typical {
 		return
 	}
-	v.afterFor.limit, v.afterFor.noload = v.limit, noload
+	v.afterFor.limit, v.afterFor.noload, v.afterFor.typical = v.limit, noload, typical
 	l := float64(v.limit)
-	beta := max(1, 6*math.Log10(l))
+	_, beta := vegasBand(l)
 	if !ok || beta >= l {
 		v.after = 0
 		return
 	}
-	v.after = max(time.Duration(float64(noload)/(1-beta/l)), noload*3/2)
+	v.after = max(time.Duration(float64(noload)/(1-beta/l)), typical*3/2)
 }
 
 // Observe folds s in at now and returns the limit now in force.
 func (v *Vegas) Observe(now time.Time, s Sample) int {
 	rtt := max(s.RTT, time.Nanosecond) // a zero RTT would divide by zero
 	if p := v.recal.step(now, s, rtt, v.noload); p != recalOff {
+		switch p { // the typical answer is re-measured with the no-load RTT
+		case recalBegin:
+			v.typical.reset()
+		case recalEnd:
+			nl, _ := v.noload.min()
+			v.typical.fix(nl)
+		}
 		v.limit, _ = v.recal.hold(p, v.limit, float64(v.limit))
 		return v.limit
 	}
@@ -151,14 +177,16 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 		return v.limit
 	}
 	v.noload.push(rtt)
+	v.typical.push(rtt)
 	noload, _ := v.noload.min()
 	queue := l * (1 - float64(noload)/float64(v.recent.push(now, rtt, noload)))
+	alpha, beta := vegasBand(l)
 	switch {
-	case queue < max(1, 3*lg):
+	case queue < alpha:
 		if v.losses.mayGrow(s) && v.delays.mayGrow(s) && utilized(s, v.limit, v.minUtil, v.pace.slow(v.limit)) {
 			v.limit = v.b.clamp(v.pace.grow(now, s, v.limit, step))
 		}
-	case queue > max(1, 6*lg) && v.delays.newEvent(now, s): // once per congestion event
+	case queue > beta && v.delays.newEvent(now, s): // once per congestion event
 		v.limit = v.b.clamp(v.limit - step)
 		v.pace.cut(v.limit)
 	}
@@ -188,4 +216,10 @@ func (r *roundMin) push(now time.Time, rtt, round time.Duration) time.Duration {
 		return min(r.prev, r.cur)
 	}
 	return r.cur
+}
+
+// vegasBand returns alpha and beta for a limit l (see Vegas).
+func vegasBand(l float64) (alpha, beta float64) {
+	lg := math.Log10(l)
+	return max(1, 3*lg, l/5), max(1, 6*lg, l*3/10)
 }

@@ -10,10 +10,26 @@ import (
 // deque: each value is pushed and popped at most once, so Push is O(1)
 // amortised, and the deque never holds more than n entries, so it never grows
 // after construction. With n = 0 it is the minimum of every value pushed
-// since the last reset. The zero value is unusable; make one with
-// newMinWindow.
+// since the last reset, or, made by newBatchWindow, the least median of
+// the batches of noloadBatch values pushed since the last reset (the
+// median of the values pushed so far before the first batch is whole): a
+// recalibration's measure (see recalibrator.step), taken whenever the
+// load lets it. The minimum of every jittered answer sinks with their
+// number (0.84× the median after 3,000 answers with 5% jitter), and a law
+// judging each answer against it reads jitter as a queue: gradient2 held
+// clean-ramp's healthy backend at 130 in flight until its first
+// recalibration, not 200, and aimd at 190. Vegas keeps the minimum for
+// its queue estimate: it judges a round trip by its least RTT, a minimum
+// too; its overdue floor takes the batch median (see Vegas.OverdueAfter).
+// The zero value is
+// unusable; make one with newMinWindow or newBatchWindow.
 type minWindow struct {
 	n uint64 // window length in values; 0: unbounded
+	// batch holds the current batch's values, sorted (newBatchWindow
+	// only: cap noloadBatch); best is the least median of a whole batch, 0
+	// before any.
+	batch []time.Duration
+	best  time.Duration
 	// fixed, when > 0 (unbounded windows only), is the minimum until the
 	// next reset: pushes leave it (see fix).
 	fixed time.Duration
@@ -24,8 +40,21 @@ type minWindow struct {
 	count uint64 // values pushed since the last reset
 }
 
+// noloadBatch is how many values an unbounded minWindow takes the median
+// of: a recalibration's default RequestCount.
+const noloadBatch = DefaultRecalibrationRequests
+
 func newMinWindow(n int) *minWindow {
 	return &minWindow{n: uint64(n), seq: make([]uint64, max(n, 1)), val: make([]time.Duration, max(n, 1))}
+}
+
+// newBatchWindow is newMinWindow, but with n = 0 the least batch median.
+func newBatchWindow(n int) *minWindow {
+	w := newMinWindow(n)
+	if n == 0 {
+		w.batch = make([]time.Duration, 0, noloadBatch)
+	}
+	return w
 }
 
 // push adds v as the newest value and evicts values older than the window.
@@ -33,9 +62,27 @@ func (w *minWindow) push(v time.Duration) {
 	if w.fixed > 0 {
 		return
 	}
-	if w.n == 0 { // unbounded: one cell holds the minimum
+	if w.n == 0 && cap(w.batch) == 0 { // unbounded: one cell holds the minimum
 		if w.size == 0 || v < w.val[0] {
 			w.val[0], w.size = v, 1
+		}
+		w.count++
+		return
+	}
+	if w.n == 0 { // unbounded: batch medians
+		// Insert v in order: a batch is a few dozen values.
+		i, _ := slices.BinarySearch(w.batch, v)
+		w.batch = slices.Insert(w.batch, i, v)
+		med := w.batch[(len(w.batch)-1)/2]
+		if len(w.batch) == cap(w.batch) {
+			if w.best == 0 || med < w.best {
+				w.best = med
+			}
+			w.batch = w.batch[:0]
+		}
+		w.val[0], w.size = w.best, 1
+		if w.best == 0 { // no whole batch yet
+			w.val[0] = med
 		}
 		w.count++
 		return
@@ -70,7 +117,10 @@ func (w *minWindow) min() (v time.Duration, ok bool) {
 }
 
 // reset empties the window.
-func (w *minWindow) reset() { w.head, w.size, w.count, w.fixed = 0, 0, 0, 0 }
+func (w *minWindow) reset() {
+	w.head, w.size, w.count, w.fixed, w.best = 0, 0, 0, 0, 0
+	w.batch = w.batch[:0]
+}
 
 // fix holds an unbounded window's minimum at v until the next reset; a
 // bounded window takes v as a value pushed.

@@ -44,8 +44,11 @@ answer is an RTT (`+"`OnSuccess`"+`). **peer-NAME/sample** hears every request,
 an error plus those the client gave up on (errors + timeouts); open loop
 (nobody times out), the arrivals that got no good answer: turned away by the
 gate (queue full or timed out in the queue), still waiting at the end, or
-answered later than 2× base. The bar: none of ours has more failures than
-the best peer controller (fewest failures, either feeding) on the scenario.
+answered later than 2× base. **Goodput**: the answers within 2× base a
+second. The bar (Pareto): on each scenario no peer is better on both
+goodput and failures than ours of the same name (peer-NAME and
+peer-NAME/sample beside NAME), and one of ours is within 10%% of the best
+goodput any controller reaches there.
 
 | peer | constructor | defaults |
 |---|---|---|
@@ -54,15 +57,20 @@ the best peer controller (fewest failures, either feeding) on the scenario.
 		fmt.Fprintf(bw, "| %s | `%s` | %s |\n", a.Name, a.Constructor, a.Defaults)
 	}
 	fmt.Fprint(bw, "\nA sample, above, is one `OnSample` call: a window for peer-NAME, a request for peer-NAME/sample.\n")
-	fmt.Fprint(bw, "\n## Verdicts\n\n| scenario | ours | failures | best peer | its failures | ours ≤ best peer |\n|---|---|---|---|---|---|\n")
+	fmt.Fprint(bw, "\n## Verdicts\n\n| scenario | ours | goodput /s | failures | same-named peers better on both | ours' best goodput | best goodput (any) | within 10% |\n|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cs {
-		for _, v := range c.Verdicts() {
-			verdict := "yes"
+		p := c.Pareto()
+		within := "yes"
+		if p.OursGoodput < ParetoGoodput*p.BestGoodput {
+			within = "**no**"
+		}
+		for _, v := range p.Verdicts {
+			dom := "none"
 			if !v.OK() {
-				verdict = fmt.Sprintf("**no** (+%s)", count(v.Failures-v.BestPeerFailures))
+				dom = "**" + strings.Join(v.Dominated, ", ") + "**"
 			}
-			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s |\n",
-				c.Scenario.Name, v.Controller, count(v.Failures), v.BestPeer, count(v.BestPeerFailures), verdict)
+			fmt.Fprintf(bw, "| %s | %s | %.1f | %s | %s | %s %.1f | %s %.1f | %s |\n",
+				c.Scenario.Name, v.Controller, v.Goodput, count(v.Failures), dom, p.OursBest, p.OursGoodput, p.Best, p.BestGoodput, within)
 		}
 	}
 	for _, c := range cs {
