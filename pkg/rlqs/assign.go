@@ -36,15 +36,17 @@ func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 }
 
 // ask is what the bucket should lease at now for its streams without an
-// assignment: their predicted demand for the rest of the window, at most
-// what the window has left of L for this sidecar; 0 for no lease.
+// assignment: their predicted demand over the life of the assignment it
+// would send (its TTL: an Envoy cannot spend a share after it expires), at
+// most what the window has left of L for this sidecar; 0 for no lease.
 func (m *Machine) ask(b *Bucket, now time.Time) int64 {
-	left, room := m.Window, m.Limit
+	// Before the window's grant, its end is unknown: the window begins now.
+	left, room := m.ttl(now.Add(m.Window), now), m.Limit
 	if b.inWindow(now) {
-		if m.ttl(b.Until, now) < time.Second {
+		if left = m.ttl(b.Until, now); left < time.Second {
 			return 0 // too late to assign anything in this window
 		}
-		left, room = b.Until.Sub(now), m.Limit-(b.Leased-b.Returned)
+		room = m.Limit - (b.Leased - b.Returned)
 	}
 	var want int64
 	var mean float64
@@ -63,9 +65,9 @@ func (m *Machine) ask(b *Bucket, now time.Time) int64 {
 	return min(want, room)
 }
 
-// want is how many units stream st should get for the rest of the window
-// (left of it) at now: 0 when it holds an assignment in the window, or may
-// still enforce one; otherwise its predicted demand.
+// want is how many units stream st should get over left (the TTL of the
+// assignment it would be sent) at now: 0 when it holds an assignment in
+// the window, or may still enforce one; otherwise its predicted demand.
 func (m *Machine) want(b *Bucket, st *Stream, now time.Time, left time.Duration, mean float64, known bool) int64 {
 	if b.current(st, now) {
 		if m.Fault&FaultTopUpDifference != 0 {
@@ -80,13 +82,15 @@ func (m *Machine) want(b *Bucket, st *Stream, now time.Time, left time.Duration,
 }
 
 // demand is st's predicted demand over left: its smoothed rate, or, unknown,
-// the bucket's mean per-stream rate (the limit's pace when no rate is
-// known), at least 1 (its subscription carried a request); at most
-// gale.MaxLimit (not Limit: capping a demand at L would skew the split).
+// the bucket's mean per-stream rate (when no rate is known, L/PriorShares
+// per window: a sidecar whose Envoys have just subscribed leaves the rest
+// of L to the fleet), at least 1 (its subscription carried a request); at
+// most gale.MaxLimit (not Limit: capping a demand at L would skew the
+// split).
 func (m *Machine) demand(st *Stream, left time.Duration, mean float64, known bool) int64 {
 	rate := st.Rate
 	if !st.Known {
-		rate = float64(m.Limit) / m.Window.Seconds()
+		rate = float64(m.Limit) / PriorShares / m.Window.Seconds()
 		if known {
 			rate = mean
 		}
@@ -109,11 +113,10 @@ func (m *Machine) assign(b *Bucket, now time.Time, granted int64, a *Actions) in
 	if ttl < time.Second {
 		return granted
 	}
-	left := b.Until.Sub(now)
 	mean, known := b.mean()
 	w := b.sc.weights(len(b.Streams))
 	for i := range b.Streams {
-		w[i] = m.want(b, &b.Streams[i], now, left, mean, known)
+		w[i] = m.want(b, &b.Streams[i], now, ttl, mean, known)
 	}
 	shares := b.sc.divide(granted, w)
 	b.buf = b.buf[:0]

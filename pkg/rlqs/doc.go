@@ -17,10 +17,17 @@
 // # The protocol it serves
 //
 // Each window, once the window has begun, the sidecar leases from the store
-// what its connected Envoys' reported demand predicts for the window (demand
-// rate = (allowed+denied)/time_elapsed, smoothed), at most the limit, and
-// splits what it was granted among them by demand, with largest-remainder
-// rounding. Each Envoy gets one TokenBucket per window:
+// what its connected Envoys' reported demand predicts over the life of the
+// assignment it will send them (demand rate = (allowed+denied)/time_elapsed,
+// smoothed, times the TTL below, not the window: an Envoy cannot spend a
+// share after it expires, and units it could not spend are better left in
+// the store for other sidecars), at most the limit, and splits what it was
+// granted among them by demand, with largest-remainder rounding. An Envoy
+// whose demand is unknown (it has only subscribed) is predicted at the
+// bucket's mean per-Envoy rate, or, when no rate is known, at
+// L/PriorShares per window: a sidecar whose Envoys subscribe first does not
+// lease the whole window for them; their next report makes their rates
+// known for the next window. Each Envoy gets one TokenBucket per window:
 //
 //	max_tokens = its share, tokens_per_fill = 1,
 //	fill_interval = whole seconds ≥ 2 × window (refill within the TTL < 1 token),
@@ -38,8 +45,8 @@
 // only when the window ends. An Envoy that subscribes mid-window (the
 // first report of the bucket on its stream; a reconnect is a new
 // subscriber) gets only what is not assigned: the sidecar leases for it
-// (demand unknown: the bucket's mean per-Envoy demand, prorated to the time
-// left) and assigns what it got. An Envoy that holds an assignment in the
+// (demand unknown: as above, over the TTL its assignment would have) and
+// assigns what it got. An Envoy that holds an assignment in the
 // window is never topped up: on Envoy versions where a replaced bucket
 // starts full, a top-up would admit more than it was charged; on newer ones
 // it starts at the old bucket's depleted ratio and would admit less than

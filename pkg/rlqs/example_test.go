@@ -8,10 +8,12 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/rlqs"
 )
 
-// A window of 10 s and a limit of 30: two Envoys subscribe, then report
-// demands of 1 and 2 requests per second; at the next window the sidecar
-// leases their predicted 30 and assigns 10 and 20, each to expire before
-// the window ends less the Guard, in whole seconds.
+// A window of 10 s and a limit of 30: two Envoys subscribe 1 s into a
+// window, their demand unknown (each predicted at L/8 per window, 0.375/s,
+// over its 8 s TTL: 3), then report demands of 1 and 2 requests per
+// second; at the next window the sidecar leases their predicted demand
+// over the assignment's 9 s TTL (9 and 18) and assigns it, each to expire
+// before the window ends less the Guard, in whole seconds.
 func Example() {
 	m := rlqs.Machine{Limit: 30, Window: 10 * time.Second}
 	var b rlqs.Bucket
@@ -45,9 +47,9 @@ func Example() {
 	fmt.Println("tick at", a.Wake.Sub(t0))
 	do(a.Wake, m.Tick(&b, a.Wake))
 	// Output:
-	// 1s: stream 1 gets 27 tokens, 1 per 20s, for 8s
+	// 1s: stream 1 gets 3 tokens, 1 per 20s, for 8s
 	// 1s: stream 2 gets 3 tokens, 1 per 20s, for 8s
 	// tick at 10s
-	// 10s: stream 1 gets 10 tokens, 1 per 20s, for 9s
-	// 10s: stream 2 gets 20 tokens, 1 per 20s, for 9s
+	// 10s: stream 1 gets 9 tokens, 1 per 20s, for 9s
+	// 10s: stream 2 gets 18 tokens, 1 per 20s, for 9s
 }

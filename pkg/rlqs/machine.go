@@ -16,6 +16,14 @@ const DefaultGuard = 250 * time.Millisecond
 // a whole second of TTL after the Guard.
 const MinWindow = 2 * time.Second
 
+// PriorShares: a stream whose demand is unknown (it has only subscribed),
+// when no stream of the bucket has a known rate, is predicted at
+// L/PriorShares per window. Its next report makes its rate known. The
+// limit's own pace would let one sidecar whose Envoys subscribe first
+// lease all of L for a window; at L/8 each, eight such Envoys can, and a
+// lone Envoy gets at most L/8 in the window it subscribes in.
+const PriorShares = 8
+
 // DefaultMaxStreams is Machine.MaxStreams's zero value.
 const DefaultMaxStreams = 4096
 

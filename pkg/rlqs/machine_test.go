@@ -25,11 +25,12 @@ func subscribe3(r *rig) {
 func TestWindowSplitByDemand(t *testing.T) {
 	r := newRig(t, m10)
 	subscribe3(r)
-	// Nothing is known at the first subscription: stream 1 is leased the
-	// limit's pace for the 9.9 s left (50), and the others find the window
-	// fully leased.
-	if got := r.shares(0); len(got) != 1 || got[1] != 50 {
-		t.Fatalf("first window: %v, want stream 1 alone with 50", r.sent)
+	// No rate is known at the subscriptions: each stream is predicted at
+	// L/PriorShares = 50/8 per 10 s window, 0.625/s, over its 9 s TTL:
+	// ⌈5.625⌉ = 6 each, 18 of 50 leased; the rest stays in the store for
+	// the fleet (the limit's pace gave stream 1 all 50).
+	if got := r.shares(0); len(got) != 3 || got[1] != 6 || got[2] != 6 || got[3] != 6 || r.b.Leased != 18 {
+		t.Fatalf("first window: %v, leased %d: want 6 to each of the three, 18 leased", r.sent, r.b.Leased)
 	}
 	if r.sent[0].TTL != 9*time.Second || r.sent[0].FillInterval != 20*time.Second || r.sent[0].TokensPerFill != 1 {
 		t.Fatalf("first assignment %+v: want TTL 9 s (floor of 9.9 − 0.25), fill 20 s, 1 per fill", r.sent[0])
@@ -38,7 +39,7 @@ func TestWindowSplitByDemand(t *testing.T) {
 	r.tick(t0.Add(10 * time.Second))
 	got := r.shares(n)
 	if got[1] != 5 || got[2] != 10 || got[3] != 35 {
-		t.Fatalf("second window shares %v, want 5, 10, 35 (demands 10, 20, 70 of 50)", got)
+		t.Fatalf("second window shares %v, want 5, 10, 35 (demands 1, 2, 7 /s over the 9 s TTL: 9, 18, 63, split 50 by 9:18:63)", got)
 	}
 	for _, s := range r.sent[n:] {
 		if s.TTL != 9*time.Second {
@@ -47,6 +48,65 @@ func TestWindowSplitByDemand(t *testing.T) {
 	}
 	if r.b.Leased != 50 || r.b.Sent != 50 {
 		t.Errorf("leased %d sent %d, want 50 50", r.b.Leased, r.b.Sent)
+	}
+}
+
+// TestLeaseAsksDemandOverTheTTL: at a window's start a stream of known
+// demand (2/s) is leased its demand over the assignment's TTL (⌊10 −
+// 0.25⌋ = 9 s: 18), not over the window (20): an Envoy cannot spend a
+// share after its assignment expires, so the 2 more would sit unused while
+// another sidecar's Envoys could spend them. Mid-window, a subscriber asks
+// over its own TTL (at 12.5 s: ⌊7.5 − 0.25⌋ = 7 s, 14), not the 7.5 s left.
+func TestLeaseAsksDemandOverTheTTL(t *testing.T) {
+	r := newRig(t, rlqs.Machine{Limit: 100, Window: 10 * time.Second})
+	r.report(t0.Add(100*time.Millisecond), 1, 0, 1, 0)
+	r.report(t0.Add(5*time.Second), 1, 10, 0, 5*time.Second) // 2/s
+	r.hold = true
+	r.tick(t0.Add(10 * time.Second))
+	if len(r.pending) != 1 || r.pending[0].ask.Max != 18 {
+		t.Fatalf("lease at the window's start %+v, want one asking 18 (2/s × 9 s TTL, not × 10 s window)", r.pending)
+	}
+	n := len(r.sent)
+	r.land(t0.Add(10 * time.Second))
+	if got := r.shares(n); got[1] != 18 || r.sent[n].TTL != 9*time.Second || r.ret != 0 {
+		t.Fatalf("assigned %v, returned %d: want 18 for 9 s, nothing back", r.sent[n:], r.ret)
+	}
+	r.report(t0.Add(12500*time.Millisecond), 2, 0, 1, 0) // unknown: the mean, 2/s
+	if len(r.pending) != 1 || r.pending[0].ask.Max != 14 {
+		t.Fatalf("subscriber's lease %+v, want one asking 14 (2/s × 7 s TTL, not × 7.5 s left)", r.pending)
+	}
+}
+
+// TestUnknownDemandLeavesTheRestForOthers: two sidecars over one store,
+// L 400 per 10 s, four Envoys subscribing to each at the window's start,
+// no rate known anywhere. Each Envoy is predicted at L/PriorShares = 50 per
+// window, 5/s, over its 9 s TTL: 45; each sidecar leases 180 and the
+// other's Envoys are served too (360 of 400). The limit's pace (400 per
+// window) gave sidecar A's first Envoy all of L and left sidecar B's four
+// Envoys nothing for a window.
+func TestUnknownDemandLeavesTheRestForOthers(t *testing.T) {
+	m := rlqs.Machine{Limit: 400, Window: 10 * time.Second}
+	a, b := newRig(t, m), newRig(t, m)
+	b.store = a.store
+	for s := rlqs.StreamID(1); s <= 4; s++ {
+		a.report(t0.Add(100*time.Millisecond), s, 0, 1, 0)
+	}
+	for s := rlqs.StreamID(1); s <= 4; s++ {
+		b.report(t0.Add(200*time.Millisecond), s, 0, 1, 0)
+	}
+	for name, r := range map[string]*rig{"A": a, "B": b} {
+		got := r.shares(0)
+		if len(got) != 4 || r.b.Leased != 180 || r.b.Sent != 180 {
+			t.Errorf("sidecar %s: %v, leased %d sent %d: want 45 to each of its 4 Envoys, 180", name, r.sent, r.b.Leased, r.b.Sent)
+		}
+		for s, n := range got {
+			if n != 45 {
+				t.Errorf("sidecar %s stream %d: %d, want 45", name, s, n)
+			}
+		}
+	}
+	if a.store.used != 360 {
+		t.Errorf("store used %d, want 360 (40 left for later subscribers)", a.store.used)
 	}
 }
 
@@ -73,19 +133,19 @@ func TestMidWindowSubscriberGetsOnlyUnassigned(t *testing.T) {
 	r := newRig(t, m)
 	r.report(t0.Add(100*time.Millisecond), 1, 0, 1, 0)
 	r.report(t0.Add(5*time.Second), 1, 10, 0, 5*time.Second) // 2/s
-	r.tick(t0.Add(10 * time.Second))                         // window 2: 20 leased and sent
-	if r.b.Leased != 20 || r.b.Sent != 20 {
-		t.Fatalf("leased %d sent %d, want 20 20", r.b.Leased, r.b.Sent)
+	r.tick(t0.Add(10 * time.Second))                         // window 2: 2/s over the 9 s TTL
+	if r.b.Leased != 18 || r.b.Sent != 18 {
+		t.Fatalf("leased %d sent %d, want 18 18 (2/s over the 9 s TTL)", r.b.Leased, r.b.Sent)
 	}
 	n := len(r.sent)
-	// A subscriber at 15 s: unknown demand, the mean rate (2/s) over the
-	// 5 s left: 10, from the 80 not leased.
+	// A subscriber at 15 s: unknown demand, the mean rate (2/s) over its
+	// TTL ⌊5 − 0.25⌋ = 4 s: 8, from the 82 not leased.
 	r.report(t0.Add(15*time.Second), 2, 0, 1, 0)
-	if got := r.shares(n); len(got) != 1 || got[2] != 10 {
-		t.Fatalf("subscriber got %v, want stream 2 alone with 10", got)
+	if got := r.shares(n); len(got) != 1 || got[2] != 8 || r.sent[n].TTL != 4*time.Second {
+		t.Fatalf("subscriber got %v, want stream 2 alone with 8 for 4 s", r.sent[n:])
 	}
-	if r.b.Leased != 30 || r.store.used != 30 {
-		t.Fatalf("leased %d, store used %d: want 30 30", r.b.Leased, r.store.used)
+	if r.b.Leased != 26 || r.store.used != 26 {
+		t.Fatalf("leased %d, store used %d: want 26 26", r.b.Leased, r.store.used)
 	}
 
 	// When the window is fully leased, a subscriber gets nothing, and
@@ -213,7 +273,7 @@ func TestAssignmentsEndBeforeWindow(t *testing.T) {
 func TestReturnsUnassigned(t *testing.T) {
 	r := newRig(t, m10)
 	r.hold = true
-	subscribe3(r) // one lease in flight, for stream 1 (50)
+	subscribe3(r) // one lease in flight, for stream 1: ⌈50/8 per 10 s × 9 s⌉ = 6
 	if len(r.pending) != 1 {
 		t.Fatalf("%d leases in flight, want 1", len(r.pending))
 	}
@@ -222,8 +282,8 @@ func TestReturnsUnassigned(t *testing.T) {
 		r.leave(t0.Add(6*time.Second), s)
 	}
 	r.land(t0.Add(6 * time.Second))
-	if r.ret != 50 || r.store.used != 0 || len(r.sent) != 0 {
-		t.Fatalf("returned %d, store used %d, sent %v: want all 50 back", r.ret, r.store.used, r.sent)
+	if r.ret != 6 || r.store.used != 0 || len(r.sent) != 0 {
+		t.Fatalf("returned %d, store used %d, sent %v: want all 6 back", r.ret, r.store.used, r.sent)
 	}
 	if r.b.Sent+r.b.Returned != r.b.Leased {
 		t.Fatalf("sent %d + returned %d ≠ leased %d", r.b.Sent, r.b.Returned, r.b.Leased)

@@ -71,11 +71,10 @@ func TestSubscriptionGetsAnAssignmentWithinTheWindow(t *testing.T) {
 	}
 }
 
-// twoStreams subscribes A at 10 s into the first window (its demand
-// unknown: the limit's pace over the 50 s left, 84 units) and B after it
-// (what is left, 16: a joiner gets only the unassigned), reports A at 1
-// request/s and B at 0.5/s, and moves to the next window: they are split
-// by demand.
+// twoStreams subscribes A at 10 s into the first window and B after it
+// (no rate known: each predicted at L/8 = 12.5 per 60 s window over its
+// TTL of ⌊50 − 0.25⌋ = 49 s, ⌈10.2⌉ = 11 units), reports A at 1 request/s
+// and B at 0.5/s, and moves to the next window: they are split by demand.
 func twoStreams(t *testing.T, sc *sidecar, clk *clock.Fake) (a, b *envoy, na, nb int64) {
 	t.Helper()
 	a, b = connect(t, sc), connect(t, sc)
@@ -100,7 +99,9 @@ func twoStreams(t *testing.T, sc *sidecar, clk *clock.Fake) (a, b *envoy, na, nb
 }
 
 // TestTwoStreamsSplitByDemand: at a window's start the sidecar leases the
-// streams' predicted demand (60 and 30 units) and splits it by demand.
+// streams' predicted demand over the assignment's TTL (59 s: 1/s × 59 = 59
+// and ⌈0.5/s × 59⌉ = 30 units, not 60 and 30 over the window) and splits it
+// by demand.
 func TestTwoStreamsSplitByDemand(t *testing.T) {
 	for name, store := range stores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -108,15 +109,15 @@ func TestTwoStreamsSplitByDemand(t *testing.T) {
 			sc := startSidecar(t, store(t), clk, rlqsserver.Options{})
 			_, _, na, nb := twoStreams(t, sc, clk)
 			t.Logf("%s: A (1/s) %d, B (0.5/s) %d", name, na, nb)
-			if na+nb > limit || na != 60 || nb != 30 {
-				t.Errorf("A %d, B %d: want 60 and 30 (their demand over the window), Σ ≤ %d", na, nb, limit)
+			if na+nb > limit || na != 59 || nb != 30 {
+				t.Errorf("A %d, B %d: want 59 and 30 (their demand over the 59 s TTL), Σ ≤ %d", na, nb, limit)
 			}
 		})
 	}
 }
 
 // TestJoinerGetsOnlyTheUnassigned: an Envoy subscribing mid-window gets
-// what A and B were not assigned (10 of 100), though its predicted demand
+// what A and B were not assigned (11 of 100), though its predicted demand
 // (the mean rate over the 30 s left) is more.
 func TestJoinerGetsOnlyTheUnassigned(t *testing.T) {
 	clk := clock.NewFake(t0.Add(10 * time.Second))
@@ -137,7 +138,7 @@ func TestJoinerGetsOnlyTheUnassigned(t *testing.T) {
 
 // TestClosedStreamUnitsStayCharged: B's stream closes mid-window; its 30
 // units are not given to a joiner in that window (B's Envoy enforces its
-// cached assignment until the TTL), only the 10 never assigned; the next
+// cached assignment until the TTL), only the 11 never assigned; the next
 // window splits L again among the streams connected.
 func TestClosedStreamUnitsStayCharged(t *testing.T) {
 	clk := clock.NewFake(t0.Add(10 * time.Second))
@@ -380,10 +381,11 @@ func TestExpiriesCounted(t *testing.T) {
 }
 
 // TestTwoLimitsBothBind: a bucket under a minute limit of 50 and an hour
-// limit of 60 is assigned at most the minute's 50 in a window, and in the
-// next minute only what the hour has left (60 less the first window's):
-// every unit is leased from both counters, and the minute's surplus goes
-// back.
+// limit of 60, its demand (10/s) more than either: the first minute it is
+// unknown (L/8 of the shorter window's 50, 6.25 per minute, over the 49 s
+// TTL: 6), the second minute the minute's 50 binds (the hour has 54
+// left), the third only what the hour has left (60 − 6 − 50 = 4): every
+// unit is leased from both counters, and the minute's surplus goes back.
 func TestTwoLimitsBothBind(t *testing.T) {
 	clk := clock.NewFake(t0.Add(10 * time.Second))
 	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
@@ -398,13 +400,20 @@ func TestTwoLimitsBothBind(t *testing.T) {
 	e.report(true, usage{bucket: two, allowed: 100, denied: 100, elapsed: 20 * time.Second}) // 10/s: more than either limit
 	clk.Set(t0.Add(window))
 	n2, _ := tokens(t, e.next(two))
+	clk.Set(t0.Add(window + 30*time.Second))
+	e.report(true, usage{bucket: two, allowed: 50, denied: 250, elapsed: 30 * time.Second})
+	clk.Set(t0.Add(2 * window))
+	n3, _ := tokens(t, e.next(two))
 	settled(t, sc)
-	t.Logf("minute 1: %d, minute 2: %d (hour: 60)", n1, n2)
-	if n2 != 60-n1 {
-		t.Errorf("second minute: %d tokens, want the %d the hour has left", n2, 60-n1)
+	t.Logf("minute 1: %d, minute 2: %d, minute 3: %d (hour: 60)", n1, n2, n3)
+	if n1 != 6 || n2 != 50 {
+		t.Errorf("minutes 1 and 2: %d and %d tokens, want 6 (unknown: ⌈50/8/60 s × 49 s⌉) and the minute's 50", n1, n2)
 	}
-	if m, h := ruleStats(sc.srv, "two-minute"), ruleStats(sc.srv, "two-hour"); h.Leased-h.Returned != 60 || m.Leased-m.Returned != n1+n2 {
-		t.Errorf("minute leased %d returned %d, hour leased %d returned %d: want the hour's 60 and the minute's %d kept", m.Leased, m.Returned, h.Leased, h.Returned, n1+n2)
+	if n3 != 60-n1-n2 {
+		t.Errorf("third minute: %d tokens, want the %d the hour has left", n3, 60-n1-n2)
+	}
+	if m, h := ruleStats(sc.srv, "two-minute"), ruleStats(sc.srv, "two-hour"); h.Leased-h.Returned != 60 || m.Leased-m.Returned != n1+n2+n3 {
+		t.Errorf("minute leased %d returned %d, hour leased %d returned %d: want the hour's 60 and the minute's %d kept", m.Leased, m.Returned, h.Leased, h.Returned, n1+n2+n3)
 	}
 }
 

@@ -80,15 +80,15 @@ var rlqsSpaces = []struct {
 	reaches             func(RLQSConfig, RLQSState) bool
 	states, transitions int
 }{
-	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 20269, 31557},
-	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 27922, 57941},
-	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 70666, 160015},
-	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 15244, 29761},
-	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 59344, 119881},
-	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 93804, 221581},
-	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 13984, 25644},
-	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 13642, 25066},
-	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 31236, 55998},
+	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 19392, 30293},
+	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 22575, 48493},
+	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 70378, 159695},
+	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 11905, 22744},
+	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 45667, 94375},
+	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 69561, 163537},
+	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 13740, 22412},
+	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 12836, 20889},
+	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 27083, 46476},
 }
 
 // TestRLQSBound explores the real assignment machine (pkg/rlqs) on each
@@ -146,11 +146,11 @@ func TestRLQSFaultsAreFound(t *testing.T) {
 		cfg   RLQSConfig
 		steps int
 	}{
-		{"TTL rounded up, no Guard", with(rlqs.FaultCeilTTL, nil), 13},
-		{"TTL without the Guard, latency ≤ Guard", with(rlqs.FaultNoGuard, func(c *RLQSConfig) { c.MaxLatency = 1 }), 13},
-		{"a top-up charged only its increase", with(rlqs.FaultTopUpDifference, nil), 16},
-		{"an equal resend on each report", with(rlqs.FaultRefreshTTL, func(c *RLQSConfig) { c.ReportEvery = 2 }), 10},
-		{"a leaving Envoy's share given back", with(rlqs.FaultReassignOnLeave, func(c *RLQSConfig) { c.Resets = 1 }), 10},
+		{"TTL rounded up, no Guard", with(rlqs.FaultCeilTTL, nil), 14},
+		{"TTL without the Guard, latency ≤ Guard", with(rlqs.FaultNoGuard, func(c *RLQSConfig) { c.MaxLatency = 1 }), 14},
+		{"a top-up charged only its increase", with(rlqs.FaultTopUpDifference, nil), 15},
+		{"an equal resend on each report", with(rlqs.FaultRefreshTTL, func(c *RLQSConfig) { c.ReportEvery = 2 }), 13},
+		{"a leaving Envoy's share given back", with(rlqs.FaultReassignOnLeave, func(c *RLQSConfig) { c.Resets = 1 }), 16},
 		{"a leaving Envoy's share given back, two sidecars", with(rlqs.FaultReassignOnLeave, func(c *RLQSConfig) { c.Resets, c.Sidecars, c.Limit = 1, 2, 1 }), 9},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkRLQSFound(t, tc.cfg, tc.steps) })
