@@ -86,7 +86,11 @@ type Engine struct {
 	bg    context.Context
 	log   *slog.Logger
 
-	cur       atomic.Pointer[compiled]
+	cur atomic.Pointer[compiled]
+	// quotaGen is QuotaGeneration: added to after each swap of cur and at
+	// Close, never before, so a generation read before a resolution is
+	// never newer than the policy the resolution used.
+	quotaGen  atomic.Uint64
 	loadMu    sync.Mutex // serialises Load and Close
 	closed    bool       // guarded by loadMu
 	handover  handover   // retired policies' limiters, closed once unused
@@ -143,6 +147,7 @@ func (e *Engine) Load(ctx context.Context, set *policy.Set) error {
 	}
 	taken := e.takeOver(ctx, c, prev)
 	e.cur.Store(c)
+	e.quotaGen.Add(1)
 	startNodes(c)
 	e.retireNodes(ctx, c, prev, taken)
 	limiters := make([]*gale.Limiter, 0, len(retired))
@@ -171,6 +176,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.closed = true
 	c := e.cur.Load()
 	c.users.Add(-retiredBias) // acquire fails from now on
+	e.quotaGen.Add(1)         // ResolveQuota answers an error from now on
 	var errs []error
 	if err := e.leaveNodes(ctx, c); err != nil {
 		errs = append(errs, err)

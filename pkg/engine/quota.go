@@ -44,7 +44,7 @@ func (e *Engine) ResolveQuota(domain string, bucket map[string]string) (ratelimi
 	root := c.domains[domain]
 	if root == nil {
 		e.noteUnknownDomain(domain, time.Now())
-		return ratelimit.Quota{}, nil
+		return ratelimit.Quota{UnknownDomain: true}, nil
 	}
 	b, path, values := root.matchBucket(bucket)
 	if b == nil {
@@ -85,6 +85,12 @@ func (e *Engine) ResolveQuota(domain string, bucket map[string]string) (ratelimi
 	}
 	return q, nil
 }
+
+// QuotaGeneration changes after every Load that swaps a policy in and at
+// Close: an answer of ResolveQuota obtained after reading generation g
+// stays the answer for as long as QuotaGeneration returns g. It is one
+// atomic load, safe for concurrent use.
+func (e *Engine) QuotaGeneration() uint64 { return e.quotaGen.Load() }
 
 // validBucket holds a bucket to the bounds of a request descriptor.
 func validBucket(domain string, bucket map[string]string) error {

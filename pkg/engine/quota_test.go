@@ -162,3 +162,60 @@ func TestQuotaRefusals(t *testing.T) {
 		t.Errorf("refusals:\n%s\nwant q/fast and q/bucket", all)
 	}
 }
+
+// TestQuotaGenerationMovesWithThePolicy: the generation changes at every
+// Load that swaps a policy in (even the same one again) and at Close, and
+// stays through a Load that fails; the answers it vouches for change only
+// with it. An unknown domain's answer says so (the engine counts each).
+func TestQuotaGenerationMovesWithThePolicy(t *testing.T) {
+	files := map[string]string{"q.yaml": quotaPolicy}
+	e := newEngine(t, memstore.New(), files)
+	api := map[string]string{"path": "/api/x", "tenant": "a"}
+	limitOf := func() int64 {
+		t.Helper()
+		q, err := e.ResolveQuota("q", api)
+		if err != nil || q.Kind != ratelimit.QuotaLimited {
+			t.Fatal(q, err)
+		}
+		return q.Limits[0].Limit
+	}
+	g0 := e.QuotaGeneration()
+	if limitOf() != 100 || e.QuotaGeneration() != g0 {
+		t.Fatal("resolving moved the generation")
+	}
+	if err := e.Load(bg, load(t, map[string]string{"q.yaml": strings.Replace(quotaPolicy, "requests_per_unit: 100}", "requests_per_unit: 7}", 1)})); err != nil {
+		t.Fatal(err)
+	}
+	g1 := e.QuotaGeneration()
+	if g1 == g0 || limitOf() != 7 {
+		t.Fatalf("a reload to 7: generation %d → %d, limit %d", g0, g1, limitOf())
+	}
+	if err := e.Load(bg, load(t, map[string]string{"q.yaml": "domain: q\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1, algorithm: gcra, burst: 50}\n"})); err == nil {
+		t.Fatal("a bad policy loaded")
+	}
+	if g := e.QuotaGeneration(); g != g1 {
+		t.Errorf("a failed Load moved the generation %d → %d", g1, g)
+	}
+	if err := e.Load(bg, load(t, map[string]string{"q.yaml": strings.Replace(quotaPolicy, "requests_per_unit: 100}", "requests_per_unit: 7}", 1)})); err != nil {
+		t.Fatal(err)
+	}
+	g2 := e.QuotaGeneration()
+	if g2 == g1 {
+		t.Errorf("a Load of the same policy kept generation %d", g1)
+	}
+	if q, err := e.ResolveQuota("nope", api); err != nil || !q.UnknownDomain || q.Kind != ratelimit.QuotaNoLimit {
+		t.Errorf("unknown domain: %+v %v", q, err)
+	}
+	if q, err := e.ResolveQuota("q", api); err != nil || q.UnknownDomain {
+		t.Errorf("known domain: %+v %v", q, err)
+	}
+	if err := e.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	if g := e.QuotaGeneration(); g == g2 {
+		t.Error("Close kept the generation: a kept answer would outlive the engine")
+	}
+	if _, err := e.ResolveQuota("q", api); err == nil {
+		t.Error("a closed engine resolved")
+	}
+}

@@ -18,6 +18,11 @@ type Quota struct {
 	// Refused says why the matched descriptor cannot be served over RLQS
 	// (Kind QuotaRefused), naming the rule. RLS still serves it.
 	Refused error
+	// UnknownDomain: no policy defines the domain (Kind QuotaNoLimit). The
+	// resolver counts each such answer as a request to an unknown domain,
+	// so a caller that keeps answers (QuotaGeneration) asks again for
+	// these, as it would send RLS each request.
+	UnknownDomain bool
 }
 
 // QuotaKind is how an RLQS bucket is answered.
@@ -109,6 +114,13 @@ type QuotaResolver interface {
 	// many entries, a key or value too long, an empty key) is an error
 	// wrapping ErrInvalidRequest; everything else is a Quota.
 	ResolveQuota(domain string, bucket map[string]string) (Quota, error)
+	// QuotaGeneration identifies the policy ResolveQuota answers from: it
+	// changes whenever an answer may change (a policy swapped in, the
+	// resolver closed). An answer obtained after reading generation g may
+	// be kept, and ResolveQuota not called again, while QuotaGeneration
+	// returns g (but for an UnknownDomain answer). It must be cheap: the
+	// quota server reads it at every bucket usage of every report.
+	QuotaGeneration() uint64
 }
 
 // MinQuotaWindow is the shortest window RLQS serves: Envoy's assignment
