@@ -30,9 +30,14 @@ type bucket struct {
 	dead bool // removed from the server; a report must find the new one
 	subs map[rlqs.StreamID]*sub
 
-	// What the bucket resolved to at its latest report.
-	kind    ratelimit.QuotaKind
-	refused string // the refusal, when kind is QuotaRefused
+	// What the bucket resolved to, against the resolver's generation
+	// policyGen (resolved: there is one). A report resolves the bucket
+	// again only when the generation has moved on (a reload), or when the
+	// domain was unknown (the engine counts those per report).
+	resolved  bool
+	policyGen uint64
+	kind      ratelimit.QuotaKind
+	refused   string // the refusal, when kind is QuotaRefused
 	// limits are the limits the bucket counts against (kind QuotaLimited),
 	// the machine's first: the shortest window (limits.go).
 	limits  []ratelimit.QuotaLimit
@@ -44,8 +49,13 @@ type bucket struct {
 	windows map[time.Time][]ratelimit.QuotaGrant
 	// gen counts the machines the bucket has had: a lease that lands on a
 	// newer machine than the one that asked it is returned, not landed.
-	gen     uint64
+	gen uint64
+	// timer calls tick at wake (nil: none set since the last reset). It
+	// may have fired: the machine never asks for an instant it has already
+	// been at (its clock only moves on), so asking for wake again means
+	// its tick is still to come.
 	timer   clock.Timer
+	wake    time.Time
 	expired map[rlqs.StreamID]time.Time // the window of each stream's assignment counted as expired
 }
 
@@ -80,11 +90,7 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 	if u.allowed+u.denied > 0 {
 		s.active = now
 	}
-	q, err := b.srv.opts.Resolver.ResolveQuota(b.domain, u.id)
-	if err != nil {
-		q = ratelimit.Quota{Kind: ratelimit.QuotaRefused, Refused: err}
-	}
-	b.resolveLocked(q, now)
+	b.resolveIfStaleLocked(u, now)
 	switch b.kind {
 	case ratelimit.QuotaLimited:
 		b.srv.stats.rule(b.rule(), func(r *RuleStats) {
@@ -109,6 +115,25 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 		b.blanketLocked(str, typev3.RateLimitStrategy_DENY_ALL, "refused")
 	}
 	return true
+}
+
+// resolveIfStaleLocked resolves the bucket against the policy in use
+// unless it was resolved at the resolver's current generation. The
+// generation is read before resolving, so a reload that races the
+// resolution makes the next report resolve again: the bucket never keeps
+// an answer older than the generation it records.
+func (b *bucket) resolveIfStaleLocked(u *usage, now time.Time) {
+	r := b.srv.opts.Resolver
+	g := r.QuotaGeneration()
+	if b.resolved && g == b.policyGen {
+		return
+	}
+	q, err := r.ResolveQuota(b.domain, u.id)
+	if err != nil {
+		q = ratelimit.Quota{Kind: ratelimit.QuotaRefused, Refused: err}
+	}
+	b.resolveLocked(q, now)
+	b.resolved, b.policyGen = !q.UnknownDomain, g
 }
 
 // resolveLocked makes the bucket serve q: a new machine when its counter or
@@ -177,9 +202,12 @@ func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 	if l := acts.Lease; l.ID != 0 {
 		b.leaseAsync(l, now)
 	}
-	if !acts.Wake.IsZero() {
+	if !acts.Wake.IsZero() && (b.timer == nil || !acts.Wake.Equal(b.wake)) {
+		// Reports in a window's steady state ask for the same instant:
+		// the timer set for it stays (setting one costs a timer and a
+		// closure per report).
 		b.stopLocked()
-		b.timer = b.srv.clk.AfterFunc(max(acts.Wake.Sub(now), 0), b.tick)
+		b.timer, b.wake = b.srv.clk.AfterFunc(max(acts.Wake.Sub(now), 0), b.tick), acts.Wake
 	}
 	b.countExpiriesLocked(now)
 }

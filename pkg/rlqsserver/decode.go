@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -28,7 +29,10 @@ var ErrBadReport = errors.New("rlqs: bad usage report")
 
 // usage is one bucket's usage from a report, checked.
 type usage struct {
-	key     string            // the bucket's identity: domain and sorted entries, length-prefixed
+	// key is the bucket's identity (bucketKey), in the decoder's buffer:
+	// valid until the decoder's next message. Maps are indexed with
+	// string(key), which does not allocate; a new bucket copies it.
+	key     []byte
 	id      map[string]string // the bucket id as sent
 	allowed uint64
 	denied  uint64
@@ -42,13 +46,34 @@ type skipped struct {
 	err    error
 }
 
+// decoder decodes one stream's report messages into buffers it reuses
+// from one message to the next. The zero value is ready; it is used by one
+// goroutine at a time (the stream's receiving one).
+type decoder struct {
+	usages []usage
+	skips  []skipped
+	keys   []byte  // the usages' keys, back to back
+	names  []entry // an id's entries, to sort
+}
+
+// decodeReports is decode with a decoder of its own.
+func decodeReports(m *rlqspb.RateLimitQuotaUsageReports) (domain string, out []usage, skips []skipped, err error) {
+	var d decoder
+	return d.decode(m)
+}
+
 // decodeReports checks a report message: its domain and each bucket's
 // usage. A message without a domain, with a domain too long or with more
 // than MaxUsagesPerReport buckets is an error (wrapping ErrBadReport); a
 // bucket usage that cannot be served (no or empty bucket id, an id that
 // cannot be a descriptor, an elapsed time or counts out of range) is
 // skipped, with the reason, and the others are served.
-func decodeReports(m *rlqspb.RateLimitQuotaUsageReports) (domain string, out []usage, skips []skipped, err error) {
+//
+// The usages and skips returned, and the usages' keys, live in d's buffers
+// until d's next message: a stream decodes its messages one at a time with
+// its own decoder, and allocates nothing for a report once the buffers
+// have grown to its size.
+func (d *decoder) decode(m *rlqspb.RateLimitQuotaUsageReports) (domain string, out []usage, skips []skipped, err error) {
 	if m == nil {
 		return "", nil, nil, fmt.Errorf("%w: empty message", ErrBadReport)
 	}
@@ -61,6 +86,10 @@ func decodeReports(m *rlqspb.RateLimitQuotaUsageReports) (domain string, out []u
 	case len(m.GetBucketQuotaUsages()) > MaxUsagesPerReport:
 		return "", nil, nil, fmt.Errorf("%w: %d bucket usages in one report, at most %d", ErrBadReport, len(m.GetBucketQuotaUsages()), MaxUsagesPerReport)
 	}
+	out, skips = d.usages[:0], d.skips[:0]
+	clear(d.skips[:cap(d.skips)]) // drop the errors of the message before
+	d.keys = d.keys[:0]
+	defer func() { d.usages, d.skips = out[:0], skips[:0] }()
 	for i, u := range m.GetBucketQuotaUsages() {
 		skip := func(reason, format string, args ...any) {
 			skips = append(skips, skipped{reason: reason, err: fmt.Errorf("bucket usage %d: %s", i, fmt.Sprintf(format, args...))})
@@ -82,12 +111,14 @@ func decodeReports(m *rlqspb.RateLimitQuotaUsageReports) (domain string, out []u
 			}
 			elapsed = te.AsDuration()
 		}
-		a, d := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
-		if a > rlqs.MaxReportCount || d > rlqs.MaxReportCount-a {
-			skip("counts", "%d allowed and %d denied: at most %d together", a, d, int64(rlqs.MaxReportCount))
+		a, dn := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
+		if a > rlqs.MaxReportCount || dn > rlqs.MaxReportCount-a {
+			skip("counts", "%d allowed and %d denied: at most %d together", a, dn, int64(rlqs.MaxReportCount))
 			continue
 		}
-		out = append(out, usage{key: bucketKey(domain, id), id: id, allowed: a, denied: d, elapsed: elapsed})
+		start := len(d.keys)
+		d.keys, d.names = appendBucketKey(d.keys, d.names, domain, id)
+		out = append(out, usage{key: d.keys[start:len(d.keys):len(d.keys)], id: id, allowed: a, denied: dn, elapsed: elapsed})
 	}
 	return domain, out, skips, nil
 }
@@ -111,23 +142,34 @@ func checkEntries(id map[string]string) error {
 // bucketKey is a bucket's identity: the domain and the entries sorted by
 // key, each length-prefixed, so no two (domain, id) share one.
 func bucketKey(domain string, id map[string]string) string {
-	keys := make([]string, 0, len(id))
-	n := len(domain) + 4
-	for k, v := range id {
-		keys = append(keys, k)
-		n += len(k) + len(v) + 8
-	}
-	slices.Sort(keys)
-	b := make([]byte, 0, n)
-	field := func(s string) {
-		b = strconv.AppendInt(b, int64(len(s)), 10)
-		b = append(b, ':')
-		b = append(b, s...)
-	}
-	field(domain)
-	for _, k := range keys {
-		field(k)
-		field(id[k])
-	}
+	b, _ := appendBucketKey(nil, nil, domain, id)
 	return string(b)
+}
+
+// entry is one entry of a bucket id.
+type entry struct{ key, value string }
+
+// appendBucketKey appends bucketKey(domain, id) to dst, sorting id's
+// entries in names (reused: its contents are the caller's scratch), and
+// returns both grown.
+func appendBucketKey(dst []byte, names []entry, domain string, id map[string]string) ([]byte, []entry) {
+	names = names[:0]
+	for k, v := range id {
+		names = append(names, entry{k, v})
+	}
+	slices.SortFunc(names, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	dst = appendField(dst, domain)
+	for _, e := range names {
+		dst = appendField(appendField(dst, e.key), e.value)
+	}
+	clear(names) // keep no report's strings alive in the scratch
+	return dst, names[:0]
+}
+
+// appendField appends s length-prefixed: its length in decimal, a colon,
+// then s.
+func appendField(dst []byte, s string) []byte {
+	dst = strconv.AppendInt(dst, int64(len(s)), 10)
+	dst = append(dst, ':')
+	return append(dst, s...)
 }

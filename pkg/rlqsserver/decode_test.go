@@ -63,7 +63,7 @@ func TestDecodeReports(t *testing.T) {
 	if got := strings.Join(reasons, ","); got != "bucket_id,bucket_id,entries,entries,elapsed,elapsed,counts" {
 		t.Errorf("skips %s", got)
 	}
-	if len(out) != 1 || out[0].allowed != 3 || out[0].denied != 2 || out[0].elapsed != 5*time.Second || out[0].key != "1:d1:a1:b1:b1:c" {
+	if len(out) != 1 || out[0].allowed != 3 || out[0].denied != 2 || out[0].elapsed != 5*time.Second || string(out[0].key) != "1:d1:a1:b1:b1:c" {
 		t.Errorf("served %+v", out)
 	}
 }
@@ -79,7 +79,8 @@ func TestBucketKeyInjective(t *testing.T) {
 }
 
 // FuzzDecodeReports: any bytes Envoy could send decode to an error or to
-// usages within every bound, never a panic.
+// usages within every bound, never a panic; a stream's decoder, reused
+// after another message, decodes them as a fresh one does.
 func FuzzDecodeReports(f *testing.F) {
 	seed, _ := proto.Marshal(&rlqspb.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 		bucketUsage(map[string]string{"a": "b"}, 3, 2, durationpb.New(5*time.Second)),
@@ -92,7 +93,20 @@ func FuzzDecodeReports(f *testing.F) {
 		if proto.Unmarshal(b, m) != nil {
 			return
 		}
-		domain, out, _, err := decodeReports(m)
+		domain, out, skips, err := decodeReports(m)
+		var d decoder
+		d.decode(&rlqspb.RateLimitQuotaUsageReports{Domain: "other", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			bucketUsage(map[string]string{"z": strings.Repeat("y", 300), "a": "b"}, 1, 0, nil), bucketUsage(nil, 1, 0, nil),
+		}})
+		rdomain, rout, rskips, rerr := d.decode(m)
+		if (err == nil) != (rerr == nil) || rdomain != domain || len(rout) != len(out) || len(rskips) != len(skips) {
+			t.Fatalf("a reused decoder: %q %d usages %d skips %v; a fresh one: %q %d %d %v", rdomain, len(rout), len(rskips), rerr, domain, len(out), len(skips), err)
+		}
+		for i := range out {
+			if string(rout[i].key) != string(out[i].key) {
+				t.Fatalf("usage %d: a reused decoder keys %q, a fresh one %q", i, rout[i].key, out[i].key)
+			}
+		}
 		if err != nil {
 			return
 		}
@@ -103,7 +117,7 @@ func FuzzDecodeReports(f *testing.F) {
 			if len(u.id) == 0 || checkEntries(u.id) != nil || u.elapsed < 0 || u.elapsed > MaxElapsed || u.allowed+u.denied > 1<<40 {
 				t.Fatalf("usage out of bounds accepted: %+v", u)
 			}
-			if u.key != bucketKey(domain, u.id) {
+			if string(u.key) != bucketKey(domain, u.id) {
 				t.Fatalf("key %q is not the bucket's", u.key)
 			}
 		}

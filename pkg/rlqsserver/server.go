@@ -240,7 +240,7 @@ func (s *Server) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLi
 
 // handle serves one report message of str.
 func (s *Server) handle(str *stream, m *rlqspb.RateLimitQuotaUsageReports) error {
-	domain, usages, skips, err := decodeReports(m)
+	domain, usages, skips, err := str.dec.decode(m)
 	if err == nil && str.domain != "" && domain != str.domain {
 		err = errors.New("rlqs: a stream reports one domain (Envoy opens one stream per domain)")
 	}
@@ -255,7 +255,7 @@ func (s *Server) handle(str *stream, m *rlqspb.RateLimitQuotaUsageReports) error
 	now := s.clk.Now()
 	for i := range usages {
 		u := &usages[i]
-		b := str.subs[u.key]
+		b := str.subs[string(u.key)] // no allocation: the compiler indexes with the bytes
 		if b == nil && len(str.subs) >= MaxBucketsPerStream {
 			s.skip(domain, skipped{reason: "streams", err: errors.New("the stream subscribes too many buckets")})
 			continue
@@ -287,10 +287,11 @@ func (s *Server) bucketFor(domain string, u *usage) *bucket {
 	if s.closed {
 		return nil
 	}
-	b := s.buckets[u.key]
+	b := s.buckets[string(u.key)]
 	if b == nil {
-		b = newBucket(s, domain, u.key, u.id)
-		s.buckets[u.key] = b
+		key := string(u.key) // the decoder's buffer is reused: the bucket keeps a copy
+		b = newBucket(s, domain, key, u.id)
+		s.buckets[key] = b
 	}
 	return b
 }
@@ -315,6 +316,7 @@ type stream struct {
 	id     rlqs.StreamID
 	domain string             // set by the first report; touched by the receiving goroutine only
 	subs   map[string]*bucket // by bucket key; touched by the receiving goroutine only
+	dec    decoder            // touched by the receiving goroutine only
 	out    chan *rlqspb.RateLimitQuotaResponse
 	stats  *stats
 	mu     sync.Mutex // guards done

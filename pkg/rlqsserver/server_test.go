@@ -441,3 +441,51 @@ func TestTwoLimitsWindowsNotNested(t *testing.T) {
 		t.Errorf("TTL %v, want 3s: ⌊4 s − guard⌋, before the 10 s window ends", ttl)
 	}
 }
+
+// TestReloadChangingALimitIsNoticedAtTheNextReport: a bucket keeps what
+// it resolved to until the policy's generation moves, so a reload that
+// changes its limit must still reach it at its next report: a limit cut
+// from 100 to 10 per minute bounds the next window's assignment to 10 (the
+// demand, 20/s, would take all 100), and one cut to 0 answers DENY_ALL at
+// the report itself.
+func TestReloadChangingALimitIsNoticedAtTheNextReport(t *testing.T) {
+	for _, tc := range []struct {
+		name, to string
+		check    func(t *testing.T, e *envoy, clk *clock.Fake)
+	}{
+		{"cut to 10", "requests_per_unit: 10}", func(t *testing.T, e *envoy, clk *clock.Fake) {
+			clk.Set(t0.Add(window))
+			n, _ := tokens(t, e.next(tenantA))
+			t.Logf("the next window assigns %d tokens", n)
+			if n < 1 || n > 10 {
+				t.Errorf("the next window assigns %d tokens, want 1..10: the reload's limit", n)
+			}
+		}},
+		{"cut to 0", "requests_per_unit: 0}", func(t *testing.T, e *envoy, _ *clock.Fake) {
+			qa := e.next(tenantA).GetQuotaAssignmentAction()
+			if got := qa.GetRateLimitStrategy().GetBlanketRule(); got != typev3.RateLimitStrategy_DENY_ALL || qa.GetRateLimitStrategy().GetTokenBucket() != nil {
+				t.Errorf("after the reload to 0: %v, want a blanket DENY_ALL", qa.GetRateLimitStrategy())
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(t0.Add(10 * time.Second))
+			sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
+			e := connect(t, sc)
+			e.report(false, usage{bucket: tenantA, allowed: 1})
+			if n, _ := tokens(t, e.next(tenantA)); n < 1 || n > limit {
+				t.Fatalf("before the reload: %d tokens, want 1..%d", n, limit)
+			}
+			d, err := policy.Parse("q.yaml", []byte(strings.Replace(testPolicy, "requests_per_unit: 100}", tc.to, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sc.eng.Load(bg, &policy.Set{Domains: []*policy.Domain{d}}); err != nil {
+				t.Fatal(err)
+			}
+			clk.Set(t0.Add(15 * time.Second))
+			e.report(true, usage{bucket: tenantA, allowed: 100, elapsed: 5 * time.Second})
+			tc.check(t, e, clk)
+		})
+	}
+}
