@@ -238,3 +238,42 @@ func TestNodeUtilizationIsTheFleets(t *testing.T) {
 		})
 	}
 }
+
+// A node with a zero share admits nothing, so its controller never moves;
+// were its stale L_local the minimum it would pin L_global for good. Here
+// the last of four nodes (by nodeId: Equal gives ⌊L/4⌋ = 0 and the
+// remainder to the first ones) starts at 2 while the others start at 8:
+// L_global must still rise to the others' 8.
+func TestZeroShareDoesNotPinTheFleet(t *testing.T) {
+	coord := distributed.NewMemory()
+	var nodes []*distributed.Node
+	for i, initial := range []int{8, 8, 8, 2} {
+		ctl, err := adaptive.NewAIMD(adaptive.AIMDConfig{MinLimit: 1, InitialLimit: initial, MaxLimit: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, newTestNode(t, newTestGate(t, ctl), distributed.NodeConfig{
+			Node: fmt.Sprintf("n%d", i), Coordinator: coord, Fleet: distributed.Config{Handoff: true}}))
+	}
+	now := nodeT0
+	var global int
+	for range 40 { // rounds: every node beats, fills its share, and completes it
+		for _, n := range nodes {
+			g, err := n.Beat(context.Background(), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			global = g.Global
+		}
+		for _, n := range nodes {
+			held := admitAll(n, now)
+			for _, l := range held {
+				l.Release(now.Add(5*time.Millisecond), adaptive.OK)
+			}
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	if global != 8 {
+		t.Fatalf("L_global %d after 40 full rounds, want 8: the zero-share node's stale limit pinned it", global)
+	}
+}
