@@ -38,7 +38,7 @@ func (n *Node) Beat(ctx context.Context, now time.Time) (Grant, error) {
 	n.seq++
 	n.priors = slices.DeleteFunc(n.priors, func(g *adaptive.Gate) bool { return g.Inflight() == 0 })
 	inflight, local := n.inflightLocked(), n.gate.Limit()
-	rep := Report{Node: n.id, Instance: n.instance, Seq: n.seq, Local: n.reportedLocalLocked(local), Inflight: inflight,
+	rep := Report{Node: n.id, Instance: n.instance, Seq: n.seq, Local: local, Inflight: inflight,
 		AppliedGen: n.appliedGen, Demand: min(local, inflight+n.refusedSince)}
 	n.refusedSince = 0
 	n.mu.Unlock()
@@ -73,25 +73,6 @@ func (n *Node) Beat(ctx context.Context, now time.Time) (Grant, error) {
 	}
 	n.mu.Unlock()
 	return g, nil
-}
-
-// reportedLocalLocked is the local limit a report carries: L_local, but
-// at least one above the grant's L_global while the grant in force is a
-// zero share because L_global has fewer slots than there are nodes (the
-// split then leaves some with none, for as long as it stays there). A node
-// with no share admits nothing, so its controller learns nothing and its
-// L_local stays where it was; were it the minimum, the fleet's ceiling
-// would stay there too, however much room the backend had. Reported one
-// above L_global, its limit never pins the ceiling (the nodes that admit,
-// and measure, set it) and lifts it by at most one a beat: enough to give
-// it a slot again, where its controller learns
-// (TestZeroShareDoesNotPinTheFleet). A zero share with L_global above the
-// node count is a handoff in progress (the others' reserves), and passes.
-func (n *Node) reportedLocalLocked(local int) int {
-	if n.appliedGen == 0 || n.share > 0 || n.global <= 0 || n.global >= n.live {
-		return local
-	}
-	return min(max(local, n.global+1), MaxCount)
 }
 
 // applyLocked puts g, the answer to a heartbeat sent at sent, in force.
