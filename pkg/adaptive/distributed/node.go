@@ -182,7 +182,7 @@ func (n *Node) TryAcquire(now time.Time) (Lease, bool) {
 		// The priors admit no more: their count only falls meanwhile.
 		c = min(c, n.gate.Limit()) - n.priorInflightLocked()
 	}
-	gl, ok := n.admitLocked(now, m, c)
+	gl, ok := n.gate.TryAcquireBelow(now, c)
 	fire := n.fenceLocked(m)
 	if !ok {
 		if local := n.gate.Limit(); c < local {
@@ -201,34 +201,6 @@ func (n *Node) TryAcquire(now time.Time) (Lease, bool) {
 		return Lease{}, false
 	}
 	return Lease{n: n, l: gl}, true
-}
-
-// admitLocked admits a request at now through the gate under ceiling c, in
-// mode m.
-//
-// The gate reports an admission under a ceiling below its limit as a
-// fraction of that ceiling scaled to the limit (Gate.TryAcquireBelow): a
-// node at its share is fully used, because the backend then carries the
-// fleet's load. But the fleet's load is L_global, not this node's L_local:
-// when L_local is above L_global (another node's limit is the minimum, or
-// this one grew since its last report), a full share says the backend
-// holds L_global, and a controller told it held L_local would grow L_local
-// on a load the backend never carried. Its next report then lifts
-// L_global past where its latency was measured, and the fleet saws
-// (TestNodeUtilizationIsTheFleets). So under a live grant whose L_global is
-// below the limit, the node checks c itself and hands the gate c scaled by
-// limit/L_global: the gate's scaling then reports the admission's share of
-// c as the same share of L_global. Admissions all pass through the node's
-// lock, so the gate's in flight can only fall between the check and the
-// gate's own.
-func (n *Node) admitLocked(now time.Time, m Mode, c int) (adaptive.Lease, bool) {
-	limit := n.gate.Limit()
-	if (m != ModeGranted && m != ModeHolding) || c <= 0 || c >= limit || limit > MaxCount || n.global <= 0 || n.global >= limit ||
-		n.gate.Inflight() >= c {
-		return n.gate.TryAcquireBelow(now, c)
-	}
-	// c, global < limit ≤ MaxCount: the product fits.
-	return n.gate.TryAcquireBelow(now, (c*limit+n.global-1)/n.global)
 }
 
 // modeLocked is what the node admits under at now.

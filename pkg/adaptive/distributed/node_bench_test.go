@@ -26,18 +26,14 @@ func benchNode(b *testing.B, share, local int, c distributed.NodeConfig) *distri
 // the node: its lock, the share, the gate's lock, and the release.
 func BenchmarkNodeAcquireRelease(b *testing.B) {
 	for _, tc := range []struct {
-		name         string
-		share, local int
-		c            distributed.NodeConfig
+		name string
+		c    distributed.NodeConfig
 	}{
-		{"plain", 100, 100, distributed.NodeConfig{}},
-		{"eager+fence", 100, 100, distributed.NodeConfig{EagerDebounce: time.Millisecond, SelfFence: true, FenceMargin: time.Second}}, // the grant lasts 2s
-		// L_local above the grant's L_global (10): the node checks the share
-		// itself before the gate does (TestNodeUtilizationIsTheFleets).
-		{"local-above-global", 5, 100, distributed.NodeConfig{}},
+		{"plain", distributed.NodeConfig{}},
+		{"eager+fence", distributed.NodeConfig{EagerDebounce: time.Millisecond, SelfFence: true, FenceMargin: time.Second}}, // the grant lasts 2s
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			n := benchNode(b, tc.share, tc.local, tc.c)
+			n := benchNode(b, 100, 100, tc.c)
 			done := nodeT0.Add(20 * time.Millisecond)
 			b.ReportAllocs()
 			for b.Loop() {
