@@ -117,10 +117,23 @@ bench-overload:
 bench-extproc:
 	GO=$(GO) ./scripts/bench-extproc.sh
 
+# The gates live (test/benchgate): real serve processes in front of a real
+# HTTP backend whose latency doubles past 40 in flight, closed-loop ext_proc
+# clients; no gate, a static limit of 40, then each controller at its
+# defaults on one sidecar and on four coordinated over Redis. Prints one
+# table (goodput of the ideal, p99, the backend's mean in flight), also
+# out/bench-gate.md; about three minutes. BENCH_GATE_BIN measures another
+# build of throttlekit (another commit's) instead of this tree's.
+.PHONY: bench-gate
+bench-gate:
+	mkdir -p out
+	$(GO) test -count=1 -timeout 15m -run '^TestBenchGate$$' -v ./test/benchgate/ -args -bench-gate \
+		-bench-gate-out=$(CURDIR)/out/bench-gate.md $(if $(BENCH_GATE_BIN),-bench-gate-bin=$(BENCH_GATE_BIN))
+
 # The distributed gate end to end (4 serve processes over Redis, then
-# PostgreSQL, then none) with its chart: docs/fleet-gate.png and the
-# samples as CSV in out/fleet/. `make test` runs the same test without the
-# chart.
+# PostgreSQL, then one sidecar alone, then four without a coordinator) with
+# its chart: docs/fleet-gate.png and the samples as CSV in out/fleet/.
+# `make test` runs the same test without the chart.
 .PHONY: fleet-chart
 fleet-chart:
 	$(GO) test -count=1 -run '^TestE2EFleetGate$$' -v ./test/e2e/ -args -fleet-chart=$(CURDIR)/out/fleet

@@ -73,8 +73,11 @@ func writeStackedPNG(path string, plots [][]*plot.Plot) error {
 func fleetPanel(r *fleetRun, top float64) (*plot.Plot, error) {
 	p := plot.New()
 	title := fmt.Sprintf("%d sidecars, coordinator: %s", fleetSize, r.name)
-	if r.name == "independent" {
+	switch r.name {
+	case "independent":
 		title = fmt.Sprintf("%d sidecars, no coordinator (each gate on its own)", fleetSize)
+	case "single":
+		title = fmt.Sprintf("one sidecar with all %d clients (the reference)", fleetSize*fleetWorkers)
 	}
 	p.Title.Text = title
 	p.X.Label.Text = "seconds"

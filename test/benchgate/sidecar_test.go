@@ -1,0 +1,146 @@
+package benchgate
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// startDeadline bounds a sidecar's start: its "serving" line, then /readyz.
+const startDeadline = 20 * time.Second
+
+// sidecar is one running `throttlekit serve`.
+type sidecar struct {
+	cmd  *exec.Cmd
+	conn *grpc.ClientConn
+	http string
+	mu   sync.Mutex
+	log  strings.Builder // everything it wrote, for a failure's report
+}
+
+// startSidecar starts bin serving the gates policy (gates.yaml's content)
+// with args, and waits until it answers /readyz.
+func startSidecar(t *testing.T, bin, gates string, args ...string) *sidecar {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "gates.yaml"), []byte(gates), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &sidecar{}
+	s.cmd = exec.Command(bin, append([]string{"serve", "--policy", dir,
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--log-format", "json", "--log-level", "info"}, args...)...)
+	out, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Stdout = s.cmd.Stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("throttlekit %s output:\n%s", strings.Join(s.cmd.Args[1:], " "), s.output())
+		}
+	})
+	serving := make(chan [2]string, 1)
+	go s.scan(out, serving)
+	var addrs [2]string
+	select {
+	case addrs = <-serving:
+	case <-exited:
+		t.Fatalf("throttlekit exited before serving:\n%s", s.output())
+	case <-time.After(startDeadline):
+		t.Fatalf("throttlekit logged no \"serving\" line within %v:\n%s", startDeadline, s.output())
+	}
+	s.http = addrs[1]
+	ready := time.Now().Add(startDeadline)
+	for {
+		r, err := http.Get("http://" + s.http + "/readyz")
+		if err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(ready) {
+			t.Fatalf("/readyz not 200 within %v (%v):\n%s", startDeadline, err, s.output())
+		}
+		select { // polling a condition with a deadline
+		case <-time.After(20 * time.Millisecond):
+		case <-exited:
+			t.Fatalf("throttlekit exited before it was ready:\n%s", s.output())
+		}
+	}
+	s.conn, err = grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.conn.Close() })
+	return s
+}
+
+// scan keeps the process's output and sends the addresses of its first
+// "serving" log line.
+func (s *sidecar) scan(out io.Reader, serving chan<- [2]string) {
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sent := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		s.mu.Lock()
+		s.log.Write(line)
+		s.log.WriteByte('\n')
+		s.mu.Unlock()
+		var rec struct{ Msg, GRPC, HTTP string }
+		if !sent && json.Unmarshal(line, &rec) == nil && rec.Msg == "serving" {
+			serving <- [2]string{rec.GRPC, rec.HTTP}
+			sent = true
+		}
+	}
+}
+
+func (s *sidecar) output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// String names the sidecar in messages.
+func (s *sidecar) String() string { return fmt.Sprintf("sidecar %s", s.http) }
+
+// gateState is the sidecar's gate metrics (limit, and the fleet's share
+// and ceiling), as /metrics shows them, for the log.
+func (s *sidecar) gateState() string {
+	r, err := http.Get("http://" + s.http + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		for _, m := range []string{"throttlekit_gate_limit{", "throttlekit_gate_fleet_share{", "throttlekit_gate_fleet_global_limit{", "throttlekit_gate_fleet_local_limit{"} {
+			if strings.HasPrefix(line, m) {
+				out = append(out, line)
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
