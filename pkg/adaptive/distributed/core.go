@@ -33,8 +33,12 @@ func (a Aggregate) String() string {
 type Split uint8
 
 const (
-	// Equal gives each live node ⌊L/N⌋, the remainder one slot each to the
-	// first nodes in nodeId order.
+	// Equal gives each live node ⌊L/N⌋, the remainder one slot each to
+	// L mod N nodes in nodeId order, starting from the one whose turn it is:
+	// the turn moves one node on every lease TTL of the coordinator's clock
+	// (turn = ⌊now / LeaseTTL⌋ mod N). With L below N, the nodes with no
+	// slot change each lease, so none is left for good without a request
+	// to measure the backend by.
 	Equal Split = iota
 	// Demand gives each live node one slot, so an idle node can still show
 	// demand, and the rest of the ceiling in proportion to the nodes'
@@ -212,7 +216,8 @@ func (c Config) Validate() error {
 //     Stale and changes nothing.
 //  2. Evict the records whose lease has expired; the reporter survives.
 //  3. Aggregate the live local limits into L_global (Min or lower Median).
-//  4. Target: the reporter's part of L_global by the Split.
+//  4. Target: the reporter's part of L_global by the Split (Equal's
+//     remainder rotating with the lease's turn, ⌊now / LeaseTTL⌋).
 //  5. Cap: share = max(0, min(target, L_global − Σ_other reserve)), where a
 //     node's reserve is max(share, inflight), or with Handoff, until it
 //     acknowledges its latest generation, max(high, inflight).
@@ -277,7 +282,7 @@ func Beat(recs []Record, rep Report, cfg Config, now int64) ([]Record, Grant, er
 	}
 	me = &out[self]
 	global := aggregate(out, cfg.Aggregate)
-	target := targetOf(out, self, global, cfg.Split)
+	target := targetOf(out, self, global, cfg.Split, now/cfg.LeaseTTL.Microseconds())
 	free := global
 	for i := range out {
 		if i != self {
@@ -323,9 +328,9 @@ func aggregate(recs []Record, a Aggregate) int {
 	return locals[(len(locals)-1)/2]
 }
 
-// targetOf is recs[self]'s part of global by the split; recs is sorted by
-// Node.
-func targetOf(recs []Record, self, global int, s Split) int {
+// targetOf is recs[self]'s part of global by the split at the lease turn
+// turn; recs is sorted by Node.
+func targetOf(recs []Record, self, global int, s Split, turn int64) int {
 	n := len(recs)
 	if s == Demand {
 		var total int
@@ -338,8 +343,14 @@ func targetOf(recs []Record, self, global int, s Split) int {
 			return 1 + (global-n)*recs[self].Demand/total
 		}
 	}
+	// The remainder, one slot each to global mod n nodes, starting from the
+	// one whose turn it is: with global < n the same nodes never go without
+	// (a node admitting nothing measures nothing, and were its L_local the
+	// lowest, L_global would stay there). Go's % truncates, as the Redis
+	// script's math.fmod does.
 	t := global / n
-	if self < global%n {
+	first := int((turn%int64(n) + int64(n)) % int64(n))
+	if (self-first+n)%n < global%n {
 		t++
 	}
 	return t

@@ -109,3 +109,45 @@ func BenchmarkBeat(b *testing.B) {
 		})
 	}
 }
+
+// TestEqualSplitRotatesTheRemainder: with L_global below the number of
+// nodes, Equal's ⌊L/N⌋ is 0 and only the remainder's nodes get a slot. Were
+// it always the same ones, a node left without would admit nothing,
+// measure nothing, and, holding the lowest L_local, keep the fleet there
+// for good. Every node must be granted a slot within a few leases.
+func TestEqualSplitRotatesTheRemainder(t *testing.T) {
+	for _, handoff := range []bool{false, true} {
+		cfg := Config{LeaseTTL: 400 * time.Millisecond, Handoff: handoff}
+		nodes := []string{"a", "b", "c", "d"}
+		local := map[string]int{"a": 3, "b": 3, "c": 3, "d": 2} // d holds the lowest: L_global 2
+		var recs []Record
+		seq, gen := map[string]uint64{}, map[string]uint64{}
+		got := map[string]bool{}
+		now := int64(1_700_000_000_000_000)
+		// Each node beats every 200ms (half a lease) for 8 leases, echoing
+		// what it was granted.
+		for step := range 64 {
+			node := nodes[step%len(nodes)]
+			seq[node]++
+			var g Grant
+			var err error
+			recs, g, err = Beat(recs, Report{Node: node, Instance: "i", Seq: seq[node], Local: local[node], AppliedGen: gen[node]}, cfg, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gen[node] = g.Gen
+			if g.Global != 2 && step >= len(nodes) {
+				t.Fatalf("step %d: global %d, want 2", step, g.Global)
+			}
+			if g.Share > 0 {
+				got[node] = true
+			}
+			now += 50_000
+		}
+		for _, n := range nodes {
+			if !got[n] {
+				t.Errorf("handoff %v: node %s never granted a slot of L_global 2 over 8 leases (granted: %v)", handoff, n, got)
+			}
+		}
+	}
+}

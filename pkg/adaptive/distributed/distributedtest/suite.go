@@ -33,7 +33,7 @@ func RunCoordinator(t *testing.T, newCoord func(t *testing.T) distributed.Coordi
 		run  func(t *testing.T, c distributed.Coordinator, gate string)
 	}{
 		{"LoneNodeGetsItsLocalLimit", loneNode},
-		{"EqualSplitGivesTheRemainderInNodeOrder", equalSplit},
+		{"EqualSplitRotatesTheRemainderInNodeOrder", equalSplit},
 		{"AggregateIsMinOrLowerMedian", aggregates},
 		{"OccupancyCapReservesPeersInflight", occupancyCap},
 		{"HandoffReservesTheUnacknowledgedHigh", handoff},
@@ -119,10 +119,19 @@ func equalSplit(t *testing.T, c distributed.Coordinator, gate string) {
 	want(t, "c gives back half", g, 5, 10, 2)
 	b.beat("b", 10, 0, 0, t0)
 	b.beat("c", 10, 0, 3, t0) // c: 3 of 10 among three
+	// The remainder's turn moves one node each lease TTL: ⌊t0 / 2s⌋ mod 3
+	// is 1, b's place in nodeId order.
 	g = b.beat("a", 10, 0, 1, t0)
-	want(t, "a, first by nodeId, takes the remainder", g, 4, 10, 3)
+	want(t, "a, not its turn", g, 3, 10, 3)
 	g = b.beat("b", 10, 0, 1, t0)
-	want(t, "b", g, 3, 10, 3)
+	want(t, "b, its turn, takes the remainder", g, 4, 10, 3)
+	tm, t1 := t0.Add(1500*time.Millisecond), t0.Add(ttl.LeaseTTL)
+	b.beat("a", 10, 0, 2, tm)
+	b.beat("c", 10, 0, 4, tm)
+	g = b.beat("b", 10, 0, 2, t1)
+	want(t, "a lease later, b's turn is over", g, 3, 10, 3)
+	g = b.beat("c", 10, 0, 5, t1)
+	want(t, "c, its turn, takes the remainder", g, 4, 10, 3)
 }
 
 func aggregates(t *testing.T, c distributed.Coordinator, gate string) {

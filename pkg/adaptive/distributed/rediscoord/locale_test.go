@@ -38,7 +38,9 @@ func TestNodeOrderIgnoresTheServerLocale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Ten slots among four nodes: the first two by bytes, A and B, get 3.
+	// Ten slots among four nodes: the remainder's two go to the nodes from
+	// the turn's, ⌊now / hour⌋ mod 4 = 2, by bytes (A B a b): a and b get 3
+	// (by the locale's order, a A b B, b and B would).
 	var steps []step
 	for seq := range uint64(3) {
 		for _, node := range []string{"b", "B", "a", "A"} {
@@ -47,7 +49,7 @@ func TestNodeOrderIgnoresTheServerLocale(t *testing.T) {
 	}
 	agree(t, c, "locale", steps)
 	recs, err := c.Records(ctx, "locale")
-	if err != nil || len(recs) != 4 || recs[0].Share != 3 || recs[1].Share != 3 || recs[2].Share != 2 || recs[3].Share != 2 {
-		t.Fatalf("records %+v, %v; want A and B at 3, a and b at 2", recs, err)
+	if err != nil || len(recs) != 4 || recs[0].Share != 2 || recs[1].Share != 2 || recs[2].Share != 3 || recs[3].Share != 3 {
+		t.Fatalf("records %+v, %v; want A and B at 2, a and b at 3", recs, err)
 	}
 }

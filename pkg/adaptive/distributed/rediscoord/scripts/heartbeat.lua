@@ -33,7 +33,7 @@
 -- less than 1/y, its least distance from an integer it is not.
 
 local call, tonumber, find, sub, byte, format = redis.call, tonumber, string.find, string.sub, string.byte, string.format
-local floor, min, max = math.floor, math.min, math.max
+local floor, fmod, min, max = math.floor, math.fmod, math.min, math.max
 local KEY, ARG = KEYS[1], ARGV
 
 local now = tonumber(ARG[1])
@@ -176,15 +176,20 @@ local target
 if bydemand and total > 0 and global >= n then
   target = 1 + floor((global - n) * demand / total)
 else
-  -- The remainder goes one slot each to the first nodes in nodeId order.
+  -- The remainder goes one slot each to global mod n nodes in nodeId
+  -- order, starting from the one whose turn it is, turn = now / ttl
+  -- truncated (Go's integer division): fmod is exact on doubles, so
+  -- now − fmod(now, ttl) is a multiple of ttl and the quotient exact.
   local rank = 0
   for _, r in ipairs(others) do
     if less(r.node, node) then
       rank = rank + 1
     end
   end
+  local turn = (now - fmod(now, ttl)) / ttl
+  local first = fmod(fmod(turn, n) + n, n)
   target = floor(global / n)
-  if rank < global - floor(global / n) * n then
+  if fmod(rank - first + n, n) < global - floor(global / n) * n then
     target = target + 1
   end
 end
