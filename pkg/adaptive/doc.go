@@ -83,6 +83,15 @@ type Sample struct {
 	// distributed node's share, see Gate.TryAcquireBelow; Inflight is then
 	// scaled to Limit); 0 when none.
 	Ceiling int
+	// Load is the backend's load as the request found it, for the growth
+	// check (the utilization guard), when it differs from Inflight: a
+	// distributed node's in flight as a fraction of its share, applied to
+	// the fleet's ceiling L_global (Gate.TryAcquireShare). A node above
+	// L_global at its full share sees L_global there, not its own limit:
+	// the backend never carried that. Cuts still scale from Inflight, so a
+	// node's congestion signal lowers its own limit from where it is. 0:
+	// Inflight is the load.
+	Load    int
 	Outcome Outcome
 }
 
@@ -377,7 +386,16 @@ func utilized(s Sample, limit int, frac float64, slowStart bool) bool {
 	if slowStart && s.Limit > 0 {
 		limit = s.Limit
 	}
-	return frac < 0 || float64(s.Inflight) >= float64(limit)*frac
+	return frac < 0 || float64(s.load()) >= float64(limit)*frac
+}
+
+// load is the backend's load the sample's growth is judged by: Load, or
+// Inflight when the gate reported none.
+func (s Sample) load() int {
+	if s.Load > 0 {
+		return s.Load
+	}
+	return s.Inflight
 }
 
 // checkFrac validates a fraction parameter that must lie in [lo, hi].

@@ -177,6 +177,20 @@ func (g *Gate) TryAcquire(now time.Time) (Lease, bool) {
 // and the limit could never grow. Its Sample.Ceiling is the ceiling, how
 // many answers a round trip brings the node (start-up paces by it).
 func (g *Gate) TryAcquireBelow(now time.Time, ceiling int) (Lease, bool) {
+	return g.TryAcquireShare(now, ceiling, 0)
+}
+
+// TryAcquireShare is TryAcquireBelow for a distributed node whose ceiling
+// is its share of the fleet's ceiling fleet (L_global; ≤ 0: unknown, as
+// TryAcquireBelow). Under a share below the limit, the admission's
+// Sample.Load is its in-flight count as a fraction of the share, applied to
+// fleet (rounded up): the backend's load the node can infer, which the
+// controller's growth check judges by. A node at its full share whose
+// limit is above L_global then does not grow on a load the backend never
+// carried, while its Sample.Inflight (scaled to the limit) still sizes its
+// cuts from its own limit, so one node's congestion signal does not drag
+// the others' limits down to L_global.
+func (g *Gate) TryAcquireShare(now time.Time, ceiling, fleet int) (Lease, bool) {
 	g.mu.Lock()
 	old := g.reportOverdueLocked(now)
 	defer g.unlock(old)
@@ -187,8 +201,15 @@ func (g *Gate) TryAcquireBelow(now time.Time, ceiling int) (Lease, bool) {
 	l := g.admitLocked(now)
 	if ceiling < g.limit {
 		// inflight ≤ ceiling < limit: the product fits and the result ≤ limit.
-		l.s.inflight = (l.s.inflight*g.limit + ceiling - 1) / ceiling
+		in := l.s.inflight
+		l.s.inflight = (in*g.limit + ceiling - 1) / ceiling
 		l.s.ceiling = ceiling
+		if fleet > 0 {
+			// inflight ≤ ceiling and both counts are far below 2^31 (a
+			// share and L_global are at most distributed.MaxCount): the
+			// product fits and the result ≤ fleet.
+			l.s.load = (in*fleet + ceiling - 1) / ceiling
+		}
 	}
 	return l, true
 }
@@ -374,7 +395,7 @@ func (g *Gate) admitLocked(now time.Time) Lease {
 		s = new(slot)
 	}
 	g.inflight++
-	s.start, s.inflight, s.limit, s.ceiling, s.stage = now, g.inflight, g.limit, 0, onTime
+	s.start, s.inflight, s.limit, s.ceiling, s.load, s.stage = now, g.inflight, g.limit, 0, 0, onTime
 	if g.overdue != nil {
 		g.pending.pushBack(s)
 	}

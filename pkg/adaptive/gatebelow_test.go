@@ -159,3 +159,42 @@ func TestGateTryAcquireBelowScalesUtilization(t *testing.T) {
 		})
 	}
 }
+
+// Under a share of 10 of a fleet's 20, a node whose limit is 40 reports
+// its in flight scaled to its limit (Inflight, for cuts) and to the fleet
+// (Load, for the growth check): at its full share, 40 and 20.
+func TestGateTryAcquireShareReportsTheFleetsLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name                            string
+		limit, share, fleet             int
+		wantInflight, wantLoad, wantCei []int
+	}{
+		{"share below limit", 40, 4, 20, []int{10, 20, 30, 40}, []int{5, 10, 15, 20}, []int{4, 4, 4, 4}},
+		{"fleet unknown", 40, 4, 0, []int{10, 20, 30, 40}, []int{0, 0, 0, 0}, []int{4, 4, 4, 4}},
+		{"limit binds: its own count", 3, 4, 20, []int{1, 2, 3}, []int{0, 0, 0}, []int{0, 0, 0}},
+		{"rounded up", 10, 3, 7, []int{4, 7, 10}, []int{3, 5, 7}, []int{3, 3, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &recorder{limit: tc.limit}
+			g := newGate(t, GateConfig{Controller: r})
+			var held []Lease
+			for {
+				l, ok := g.TryAcquireShare(t0, tc.share, tc.fleet)
+				if !ok {
+					break
+				}
+				held = append(held, l)
+			}
+			for _, l := range held {
+				l.Release(t0, OK)
+			}
+			var in, load, cei []int
+			for _, s := range r.samples {
+				in, load, cei = append(in, s.Inflight), append(load, s.Load), append(cei, s.Ceiling)
+			}
+			if !slices.Equal(in, tc.wantInflight) || !slices.Equal(load, tc.wantLoad) || !slices.Equal(cei, tc.wantCei) {
+				t.Fatalf("Inflight %v Load %v Ceiling %v, want %v %v %v", in, load, cei, tc.wantInflight, tc.wantLoad, tc.wantCei)
+			}
+		})
+	}
+}

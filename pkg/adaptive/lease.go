@@ -31,6 +31,7 @@ type slot struct {
 	inflight int       // inflight at admission, itself included
 	limit    int       // the limit at admission
 	ceiling  int       // the ceiling below limit it was admitted under (TryAcquireBelow); 0: none
+	load     int       // the fleet's load at admission (TryAcquireShare); 0: inflight is
 	next     *slot     // free list link
 	// links place the slot on the list its stage puts it on, in admission
 	// order: Gate.pending while on time, Gate.late once reported overdue,
@@ -41,7 +42,7 @@ type slot struct {
 
 // sample is the Sample s's request makes, its RTT rtt and its outcome o.
 func (s *slot) sample(rtt time.Duration, o Outcome) Sample {
-	return Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Limit: s.limit, Ceiling: s.ceiling, Outcome: o}
+	return Sample{Start: s.start, RTT: rtt, Inflight: s.inflight, Limit: s.limit, Ceiling: s.ceiling, Load: s.load, Outcome: o}
 }
 
 // slotStage is where an admitted request stands in the gate's overdue and

@@ -182,7 +182,11 @@ func (n *Node) TryAcquire(now time.Time) (Lease, bool) {
 		// The priors admit no more: their count only falls meanwhile.
 		c = min(c, n.gate.Limit()) - n.priorInflightLocked()
 	}
-	gl, ok := n.gate.TryAcquireBelow(now, c)
+	fleet := 0
+	if m == ModeGranted || m == ModeHolding {
+		fleet = n.global // the growth check judges by the fleet's load
+	}
+	gl, ok := n.gate.TryAcquireShare(now, c, fleet)
 	fire := n.fenceLocked(m)
 	if !ok {
 		if local := n.gate.Limit(); c < local {

@@ -170,3 +170,57 @@ func TestFleetLimitGrowsWhenSharesAreFull(t *testing.T) {
 		t.Fatalf("L_global %d after 40 full rounds, want it grown well past the initial 8", global)
 	}
 }
+
+// A node whose L_local is above L_global, at its full share, has the
+// backend carrying L_global, not its L_local: its limit must not grow on
+// that load (it would overshoot where latency was measured when its report
+// became the one that binds), while the node that binds grows as before.
+// The gate's sample carries the fleet's load (Sample.Load: in flight as a
+// fraction of the share, applied to L_global) for the growth check.
+func TestNodeAboveTheFleetDoesNotGrowOnItsShare(t *testing.T) {
+	coord := distributed.NewMemory()
+	var nodes []*distributed.Node
+	var gates []*adaptive.Gate
+	for i, start := range []int{8, 30} {
+		ctl, err := adaptive.NewAIMD(adaptive.AIMDConfig{InitialLimit: start, MaxLimit: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := newTestGate(t, ctl)
+		gates = append(gates, g)
+		nodes = append(nodes, newTestNode(t, g, distributed.NodeConfig{
+			Node: fmt.Sprintf("n%d", i), Coordinator: coord, Fleet: distributed.Config{Handoff: true}}))
+	}
+	now := nodeT0
+	var global int
+	for round := range 12 {
+		for _, n := range nodes {
+			g, err := n.Beat(context.Background(), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			global = g.Global
+		}
+		for _, n := range nodes {
+			var held []distributed.Lease
+			for {
+				l, ok := n.TryAcquire(now)
+				if !ok {
+					break
+				}
+				held = append(held, l)
+			}
+			for _, l := range held {
+				l.Release(now.Add(5*time.Millisecond), adaptive.OK)
+			}
+		}
+		if l := gates[1].Limit(); l > max(30, global) {
+			t.Fatalf("round %d: the node above the fleet grew to %d on its share of L_global %d (started at 30)", round, l, global)
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	if l := gates[0].Limit(); l <= 8 {
+		t.Fatalf("the node that binds stayed at %d, want it grown", l)
+	}
+	t.Logf("after 12 rounds: L_global %d, limits %d and %d", global, gates[0].Limit(), gates[1].Limit())
+}
