@@ -99,8 +99,11 @@ func (f *fleetParts) node(spec *policy.Gate, gate *adaptive.Gate) (*distributed.
 			f.log.Error("distributed gate: another live sidecar has this --node-id; this one is left out of the fleet until the other's lease ends: give each sidecar its own --node-id", "gate", spec.Name, "err", err)
 		},
 	}
-	if d.Aggregate == "median" {
+	switch d.Aggregate {
+	case "median":
 		cfg.Fleet.Aggregate = distributed.Median
+	case "mean":
+		cfg.Fleet.Aggregate = distributed.Mean
 	}
 	if d.Split == "demand" {
 		cfg.Fleet.Split = distributed.Demand

@@ -17,7 +17,7 @@ type Distributed struct {
 	// Heartbeat is how often a sidecar reports (default 1s); LeaseTTL how
 	// long its record lives without a report (default 2 × Heartbeat).
 	Heartbeat, LeaseTTL time.Duration
-	// Aggregate folds the sidecars' local limits: min (default) or median.
+	// Aggregate folds the sidecars' local limits: min (default), median or mean.
 	Aggregate string
 	// Split divides the ceiling: equal (default) or demand.
 	Split string
@@ -88,7 +88,7 @@ func (r *reader) distributed(n *yaml.Node, field string) *Distributed {
 				d.LeaseTTL, ttlNode = v, p.val
 			}
 		case "aggregate":
-			if s := enum(p, f, []string{"min", "median"}); s != "" {
+			if s := enum(p, f, []string{"min", "median", "mean"}); s != "" {
 				d.Aggregate = s
 			}
 		case "split":

@@ -59,7 +59,7 @@ func TestDistributedRejections(t *testing.T) {
 		{"{coordinator: redis, on_coordinator_outage: static_share}", "on_coordinator_outage: static_share needs static_share"},
 		{"{coordinator: redis, static_share: 3}", "static_share applies only with on_coordinator_outage: static_share"},
 		{"{coordinator: redis, on_coordinator_outage: static_share, static_share: 0}", "static_share must be at least 1"},
-		{"{coordinator: redis, aggregate: sum}", `unknown aggregate "sum" (want min or median)`},
+		{"{coordinator: redis, aggregate: sum}", `unknown aggregate "sum" (want min, median or mean)`},
 		{"{coordinator: redis, split: random}", `unknown split "random"`},
 		{"{coordinator: redis, heartbeat: 1}", "heartbeat 1 has no unit"},
 		{"{coordinator: redis, self_fence: {margn: 1s}}", `unknown key "margn"`},

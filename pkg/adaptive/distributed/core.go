@@ -17,6 +17,12 @@ const (
 	Min Aggregate = iota
 	// Median takes the lower median: one outlier cannot move the ceiling.
 	Median
+	// Mean takes the mean, rounded down: every node's estimate counts for
+	// its Nth part, so no one node's trough (a cut on noise only it saw)
+	// sets the fleet's ceiling, as it does under Min, while a congestion
+	// every node sees lowers it as much as theirs. Σ in flight ≤ L_global
+	// holds whatever the aggregate: the shares are cut from L_global.
+	Mean
 )
 
 func (a Aggregate) String() string {
@@ -25,6 +31,8 @@ func (a Aggregate) String() string {
 		return "min"
 	case Median:
 		return "median"
+	case Mean:
+		return "mean"
 	}
 	return fmt.Sprintf("Aggregate(%d)", uint8(a))
 }
@@ -197,7 +205,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.LeaseTTL < time.Microsecond:
 		return fmt.Errorf("distributed: lease TTL %v, want ≥ 1µs", c.LeaseTTL)
-	case c.Aggregate > Median:
+	case c.Aggregate > Mean:
 		return fmt.Errorf("distributed: unknown aggregate %v", c.Aggregate)
 	case c.Split > Demand:
 		return fmt.Errorf("distributed: unknown split %v", c.Split)
@@ -215,7 +223,8 @@ func (c Config) Validate() error {
 //     duplicate (ErrDuplicateNode); a seq not above the recorded one is
 //     Stale and changes nothing.
 //  2. Evict the records whose lease has expired; the reporter survives.
-//  3. Aggregate the live local limits into L_global (Min or lower Median).
+//  3. Aggregate the live local limits into L_global (Min, lower Median or
+//     Mean rounded down).
 //  4. Target: the reporter's part of L_global by the Split (Equal's
 //     remainder rotating with the lease's turn, ⌊now / LeaseTTL⌋).
 //  5. Cap: share = max(0, min(target, L_global − Σ_other reserve)), where a
@@ -313,12 +322,21 @@ func stale(recs []Record, r Record, now int64) Grant {
 
 // aggregate folds the local limits of recs (≥ 1 record) into L_global.
 func aggregate(recs []Record, a Aggregate) int {
-	if a == Min {
+	switch a {
+	case Min:
 		m := recs[0].Local
 		for _, r := range recs[1:] {
 			m = min(m, r.Local)
 		}
 		return m
+	case Mean:
+		// Each Local ≤ MaxCount: the sum fits (and stays below 2^53, exact
+		// in the Redis script's doubles, for fewer than 2^27 nodes).
+		sum := 0
+		for _, r := range recs {
+			sum += r.Local
+		}
+		return sum / len(recs)
 	}
 	locals := make([]int, len(recs))
 	for i, r := range recs {

@@ -20,7 +20,7 @@ func TestBeatPropertiesOnRandomFleets(t *testing.T) {
 	for seed := range uint64(300) {
 		r := rand.New(rand.NewPCG(seed, 5))
 		constant := seed%2 == 0
-		cfg := Config{LeaseTTL: time.Duration(1+r.IntN(3)) * time.Second, Aggregate: Aggregate(r.IntN(2)),
+		cfg := Config{LeaseTTL: time.Duration(1+r.IntN(3)) * time.Second, Aggregate: Aggregate(r.IntN(3)),
 			Split: Split(r.IntN(2)), Handoff: r.IntN(2) == 0}
 		var recs []Record
 		seq := map[string]uint64{}

@@ -124,7 +124,7 @@ func RunFleet(t *testing.T, c distributed.Coordinator, f Fleet) FleetStats {
 	ref := distributed.NewMemory()
 	s := &scheduled{t: t, c: c, ref: ref, calls: make(chan *call)}
 	cfg := distributed.Config{LeaseTTL: fleetLease, Handoff: f.Handoff,
-		Aggregate: distributed.Aggregate(r.IntN(2)), Split: distributed.Split(r.IntN(2))}
+		Aggregate: distributed.Aggregate(r.IntN(3)), Split: distributed.Split(r.IntN(2))}
 	name := fmt.Sprintf("seed %d (%+v, %v)", f.Seed, cfg, map[bool]string{true: "varying L", false: "constant L"}[f.Vary])
 	L := 1 + r.IntN(MaxLocal)
 

@@ -34,7 +34,7 @@ func RunCoordinator(t *testing.T, newCoord func(t *testing.T) distributed.Coordi
 	}{
 		{"LoneNodeGetsItsLocalLimit", loneNode},
 		{"EqualSplitRotatesTheRemainderInNodeOrder", equalSplit},
-		{"AggregateIsMinOrLowerMedian", aggregates},
+		{"AggregateIsMinLowerMedianOrMean", aggregates},
 		{"OccupancyCapReservesPeersInflight", occupancyCap},
 		{"HandoffReservesTheUnacknowledgedHigh", handoff},
 		{"DemandSplitHasAFloorOfOne", demandSplit},
@@ -138,7 +138,7 @@ func aggregates(t *testing.T, c distributed.Coordinator, gate string) {
 	for _, tc := range []struct {
 		agg    distributed.Aggregate
 		global int
-	}{{distributed.Min, 4}, {distributed.Median, 8}} {
+	}{{distributed.Min, 4}, {distributed.Median, 8}, {distributed.Mean, 15}} {
 		cfg := ttl
 		cfg.Aggregate = tc.agg
 		b := newBeater(t, c, gate+"/"+tc.agg.String(), cfg)
@@ -387,7 +387,7 @@ func Differential(t *testing.T, a, b distributed.Coordinator, seed uint64, steps
 	now := t0
 	for step := range steps {
 		cfg := distributed.Config{LeaseTTL: time.Duration(1+r.IntN(3)) * time.Second,
-			Aggregate: distributed.Aggregate(r.IntN(2)), Split: distributed.Split(r.IntN(2)), Handoff: r.IntN(2) == 0}
+			Aggregate: distributed.Aggregate(r.IntN(3)), Split: distributed.Split(r.IntN(2)), Handoff: r.IntN(2) == 0}
 		now = now.Add(time.Duration(r.IntN(1500)) * time.Millisecond)
 		name := fmt.Sprintf("n%d", r.IntN(5))
 		n := nodes[name]

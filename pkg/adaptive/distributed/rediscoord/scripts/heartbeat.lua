@@ -15,7 +15,7 @@
 -- ARGV[5]   local    ARGV[6] inflight    ARGV[7] demand (each ≤ MaxCount)
 -- ARGV[8]   the applied generation (≤ MaxGen, 2^52)
 -- ARGV[9]   the lease TTL, µs
--- ARGV[10]  aggregate: 0 min, 1 lower median
+-- ARGV[10]  aggregate: 0 min, 1 lower median, 2 mean (rounded down)
 -- ARGV[11]  split: 0 equal, 1 demand
 -- ARGV[12]  handoff: 0 or 1
 --
@@ -43,7 +43,7 @@ if now == nil then
 end
 local node, instance, seq = ARG[2], ARG[3], ARG[4]
 local loc, inflight, demand, applied = tonumber(ARG[5]), tonumber(ARG[6]), tonumber(ARG[7]), tonumber(ARG[8])
-local ttl, median, bydemand, handoff = tonumber(ARG[9]), ARG[10] == '1', ARG[11] == '1', ARG[12] == '1'
+local ttl, median, mean, bydemand, handoff = tonumber(ARG[9]), ARG[10] == '1', ARG[10] == '2', ARG[11] == '1', ARG[12] == '1'
 
 -- less reports whether a sorts before b byte by byte, as Go orders strings.
 -- Lua's < on strings is strcoll, which follows the server's locale.
@@ -161,6 +161,12 @@ if median then
   end
   table.sort(locals)
   global = locals[floor((n - 1) / 2) + 1]
+elseif mean then
+  local sum = loc
+  for _, r in ipairs(others) do
+    sum = sum + r.loc
+  end
+  global = floor(sum / n)
 else
   for _, r in ipairs(others) do
     global = min(global, r.loc)
