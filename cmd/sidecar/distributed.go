@@ -100,9 +100,11 @@ func (f *fleetParts) node(spec *policy.Gate, gate *adaptive.Gate) (*distributed.
 		},
 	}
 	switch d.Aggregate {
+	case "min":
+		cfg.Fleet.Aggregate = distributed.Min
 	case "median":
 		cfg.Fleet.Aggregate = distributed.Median
-	case "mean":
+	default: // mean, the default: no one sidecar's trough sets the fleet's ceiling
 		cfg.Fleet.Aggregate = distributed.Mean
 	}
 	if d.Split == "demand" {

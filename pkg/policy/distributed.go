@@ -17,7 +17,7 @@ type Distributed struct {
 	// Heartbeat is how often a sidecar reports (default 1s); LeaseTTL how
 	// long its record lives without a report (default 2 × Heartbeat).
 	Heartbeat, LeaseTTL time.Duration
-	// Aggregate folds the sidecars' local limits: min (default), median or mean.
+	// Aggregate folds the sidecars' local limits: mean (default), min or median.
 	Aggregate string
 	// Split divides the ceiling: equal (default) or demand.
 	Split string
@@ -52,7 +52,7 @@ var (
 
 // distributed reads a gate's distributed block.
 func (r *reader) distributed(n *yaml.Node, field string) *Distributed {
-	d := &Distributed{Heartbeat: time.Second, Aggregate: "min", Split: "equal", OnOutage: KeepLastShare}
+	d := &Distributed{Heartbeat: time.Second, Aggregate: "mean", Split: "equal", OnOutage: KeepLastShare}
 	if !r.mapping(n, field, "distributed", "coordinator: redis, heartbeat: 1s") {
 		return d
 	}
@@ -156,7 +156,7 @@ func distributedNode(d *Distributed) mapNode {
 	if d.LeaseTTL != 2*d.Heartbeat {
 		m.add("lease_ttl", durationNode(d.LeaseTTL))
 	}
-	if d.Aggregate != "" && d.Aggregate != "min" {
+	if d.Aggregate != "" && d.Aggregate != "mean" {
 		m.add("aggregate", strNode(d.Aggregate))
 	}
 	if d.Split != "" && d.Split != "equal" {

@@ -35,7 +35,7 @@ concurrency:
 		t.Fatalf("distributed %+v, want %+v", got, want)
 	}
 	def := policy.Distributed{Coordinator: "redis", Heartbeat: time.Second, LeaseTTL: 2 * time.Second,
-		Aggregate: "min", Split: "equal", OnOutage: policy.KeepLastShare}
+		Aggregate: "mean", Split: "equal", OnOutage: policy.KeepLastShare}
 	if got := d.Gates[1].Distributed; got == nil || *got != def {
 		t.Fatalf("defaults %+v, want %+v", got, def)
 	}

@@ -22,6 +22,7 @@ var (
 	benchGate = flag.Bool("bench-gate", false, "run the live gate benchmark (make bench-gate); skipped otherwise")
 	tableOut  = flag.String("bench-gate-out", "", "file the table is written to as well")
 	binFlag   = flag.String("bench-gate-bin", "", "a throttlekit binary to measure instead of this tree's (another commit's, say)")
+	aggFlag   = flag.String("bench-gate-aggregate", "", "the coordinated fleet's aggregate (min, median, mean); empty: the default")
 )
 
 // The benchmark's shape: a backend whose latency doubles past knee in
@@ -109,7 +110,11 @@ func policy(s setup) string {
 	}
 	p := "concurrency:\n  - name: backend\n    match: {path_prefix: /}\n    " + s.gate + "\n"
 	if s.sidecars > 1 {
-		p += fmt.Sprintf("    distributed: {coordinator: redis, heartbeat: %v, acknowledged_handoff: true, eager: true}\n", heartbeat)
+		agg := ""
+		if *aggFlag != "" {
+			agg = ", aggregate: " + *aggFlag
+		}
+		p += fmt.Sprintf("    distributed: {coordinator: redis, heartbeat: %v, acknowledged_handoff: true, eager: true%s}\n", heartbeat, agg)
 	}
 	return p
 }
