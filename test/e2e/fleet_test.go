@@ -304,22 +304,23 @@ func handedOff(recs []distributed.Record, dead string, start time.Time, r *fleet
 	return true
 }
 
-// fleetState is L_global (the min of the live local limits: the gate's
-// aggregate), Σ share and the live count of recs at now.
+// fleetState is L_global (the mean of the live local limits, rounded
+// down: the gate's aggregate, the default), Σ share and the live count of
+// recs at now.
 func fleetState(recs []distributed.Record, now time.Time) (global, shares, live int) {
-	global = math.MaxInt
+	sum := 0
 	for _, rec := range recs {
 		if rec.ExpiresAt <= now.UnixMicro() {
 			continue
 		}
 		live++
-		global = min(global, rec.Local)
+		sum += rec.Local
 		shares += rec.Share
 	}
 	if live == 0 {
-		global = 0
+		return 0, shares, 0
 	}
-	return global, shares, live
+	return sum / live, shares, live
 }
 
 // steadyStats summarizes the backend's in flight over the steady phase,
