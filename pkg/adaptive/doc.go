@@ -83,14 +83,13 @@ type Sample struct {
 	// distributed node's share, see Gate.TryAcquireBelow; Inflight is then
 	// scaled to Limit); 0 when none.
 	Ceiling int
-	// Load is the backend's load as the request found it, for the growth
-	// check (the utilization guard), when it differs from Inflight: a
-	// distributed node's in flight as a fraction of its share, applied to
-	// the fleet's ceiling L_global (Gate.TryAcquireShare). A node above
-	// L_global at its full share sees L_global there, not its own limit:
-	// the backend never carried that. Cuts still scale from Inflight, so a
-	// node's congestion signal lowers its own limit from where it is. 0:
-	// Inflight is the load.
+	// Load is the backend's load as a distributed node can infer it: its in
+	// flight as a fraction of its share, applied to the fleet's ceiling
+	// L_global (Gate.TryAcquireShare); 0 when not a node's, or its share is
+	// not below its limit. For a growth check that a node above L_global
+	// should not pass on a load the backend never carried. No controller
+	// reads it yet: judging the growth check by it cost a live fleet of
+	// gradient2 half its goodput (docs/fleet-gates.md).
 	Load    int
 	Outcome Outcome
 }
@@ -386,16 +385,7 @@ func utilized(s Sample, limit int, frac float64, slowStart bool) bool {
 	if slowStart && s.Limit > 0 {
 		limit = s.Limit
 	}
-	return frac < 0 || float64(s.load()) >= float64(limit)*frac
-}
-
-// load is the backend's load the sample's growth is judged by: Load, or
-// Inflight when the gate reported none.
-func (s Sample) load() int {
-	if s.Load > 0 {
-		return s.Load
-	}
-	return s.Inflight
+	return frac < 0 || float64(s.Inflight) >= float64(limit)*frac
 }
 
 // checkFrac validates a fraction parameter that must lie in [lo, hi].

@@ -184,12 +184,8 @@ func (g *Gate) TryAcquireBelow(now time.Time, ceiling int) (Lease, bool) {
 // is its share of the fleet's ceiling fleet (L_global; ≤ 0: unknown, as
 // TryAcquireBelow). Under a share below the limit, the admission's
 // Sample.Load is its in-flight count as a fraction of the share, applied to
-// fleet (rounded up): the backend's load the node can infer, which the
-// controller's growth check judges by. A node at its full share whose
-// limit is above L_global then does not grow on a load the backend never
-// carried, while its Sample.Inflight (scaled to the limit) still sizes its
-// cuts from its own limit, so one node's congestion signal does not drag
-// the others' limits down to L_global.
+// fleet (rounded up): the backend's load the node can infer (see
+// Sample.Load), beside Sample.Inflight scaled to the limit.
 func (g *Gate) TryAcquireShare(now time.Time, ceiling, fleet int) (Lease, bool) {
 	g.mu.Lock()
 	old := g.reportOverdueLocked(now)

@@ -237,7 +237,7 @@ func (p *P95) Observe(now time.Time, s Sample) int {
 			p.recentFailed++
 		}
 	}
-	p.peak = max(p.peak, s.load()) // the growth check's load (Sample.Load)
+	p.peak = max(p.peak, s.Inflight)
 	if p.next.IsZero() {
 		p.next = now.Add(p.c.TickInterval)
 	}

@@ -3,6 +3,7 @@ package distributed_test
 import (
 	"container/heap"
 	"context"
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -149,22 +150,23 @@ func simulateFleet(t *testing.T, kind string, nodes int, agg distributed.Aggrega
 	return simResult{goodput: float64(done) / simMeasure.Seconds() / ideal, inflight: area / simMeasure.Seconds()}
 }
 
-// TestSimulatedFleetAgainstOneGate is issue 34's fleet bar on the fake
-// timeline: four coordinated sidecars (policy's default aggregate, mean;
-// acknowledged handoff) at ≥ 0.88 × one sidecar's goodput on average over six
-// seeds (the live bar is 0.9; the margin is the seeds' spread), the
-// backend's in flight ≤ 1.25 × one's, for each controller at its defaults
-// but p95, whose fleet falls to under half of one gate on some seeds (logged).
-// Before the fleet's load reached the growth check (Sample.Load) and with
-// min, vegas's fleet held 2.3 × one gate's in flight (past the knee) for
-// 0.67 × its goodput, and aimd reached 0.86 ×.
+var fleetSim = flag.Bool("fleet-sim", false, "run TestSimulatedFleetAgainstOneGate (seconds; a tool, it asserts nothing)")
+
+// TestSimulatedFleetAgainstOneGate logs four coordinated sidecars against
+// one, the live gate benchmark's shape on a fake timeline, for each
+// controller at its defaults and each aggregate, six seeds. A tool, not a
+// bar: its backend's latency depends only on the in flight count and a
+// per-request jitter, and it disagreed with the live benchmark on which
+// growth check a fleet wants (docs/fleet-gates.md), so it asserts nothing.
+//
+//	go test -run TestSimulatedFleetAgainstOneGate -v ./pkg/adaptive/distributed/ -args -fleet-sim
 func TestSimulatedFleetAgainstOneGate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("seconds of simulated fleets")
+	if !*fleetSim {
+		t.Skip("a tool: -args -fleet-sim")
 	}
 	const seeds = 6
 	for _, kind := range []string{"gradient2", "aimd", "vegas", "p95"} {
-		for _, agg := range []distributed.Aggregate{distributed.Mean} { // min: docs/fleet-gates.md's table
+		for _, agg := range []distributed.Aggregate{distributed.Min, distributed.Median, distributed.Mean} {
 			var g, in float64
 			worst := math.Inf(1)
 			for seed := range uint64(seeds) {
@@ -174,13 +176,7 @@ func TestSimulatedFleetAgainstOneGate(t *testing.T) {
 				in += f.inflight / one.inflight / seeds
 				worst = min(worst, f.goodput/one.goodput)
 			}
-			t.Logf("%-9s %-4v four/one: goodput %.2f× (worst seed %.2f×), backend in flight %.2f×", kind, agg, g, worst, in)
-			if kind == "p95" {
-				continue // logged (see above)
-			}
-			if g < 0.88 || in > 1.25 {
-				t.Errorf("%s, four sidecars under %v: %.2f × one sidecar's goodput (want ≥ 0.88), %.2f × its in flight (want ≤ 1.25)", kind, agg, g, in)
-			}
+			t.Logf("%-9s %-6v four/one: goodput %.2f× (worst seed %.2f×), backend in flight %.2f×", kind, agg, g, worst, in)
 		}
 	}
 }
