@@ -27,7 +27,7 @@ func (b Backend) capacityAt(t time.Duration) float64 {
 func (b Backend) latency(n int, c, j float64) time.Duration {
 	var v float64
 	switch b.Latency {
-	case Linear, Exponential:
+	case Linear, Exponential, Step:
 		v = float64(b.Base) * b.shape(float64(n)/c) * j
 	default:
 		// Written as before the other models existed, so that quadratic
@@ -46,6 +46,11 @@ func (b Backend) shape(x float64) float64 {
 		return max(1, x/b.Knee)
 	case Exponential:
 		return math.Pow(b.Growth, max(0, x-b.Knee))
+	case Step:
+		if x <= b.Knee {
+			return 1
+		}
+		return 2 * x / b.Knee
 	}
 	return 1 + (x/b.Knee)*(x/b.Knee)
 }
@@ -80,6 +85,7 @@ func (b Backend) meanJitter() float64 {
 //	quadratic    n = c·K            rps = c·K / (2·Base·E[J])
 //	linear       n = c·K            rps = c·K / (Base·E[J]), and the same for any n above
 //	exponential  n = c·m, m = max(K, 1/ln G)   rps = c·m / (Base·G^(m−K)·E[J])
+//	step         n = c·K            rps = c·K / (Base·E[J]), half that past it
 //
 // A ConcurrencyCap below n moves the peak to the cap; a RateCap bounds rps.
 // Throughput rises to the peak and no higher concurrency beats it, so no

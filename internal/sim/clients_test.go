@@ -329,7 +329,7 @@ controllers:
 		{"negative retries", sub("  count: 10", "  count: 10\n  retries: -1"), "bad.yaml:8: clients.retries: must lie in [0, 1000]"},
 		{"backoff cap below base", sub("  count: 10", "  count: 10\n  backoff: {base: 1s, cap: 10ms}"), "bad.yaml:8: clients.backoff.cap: must lie in [base, 1h0m0s]"},
 		{"backoff without unit", sub("  count: 10", "  count: 10\n  backoff: {base: 5}"), `bad.yaml:8: clients.backoff.base: must be a duration with a unit`},
-		{"unknown model", sub("knee: 10", "knee: 10\n  latency: cubic"), `bad.yaml:6: backend.latency: must be one of quadratic, linear, exponential, not "cubic"`},
+		{"unknown model", sub("knee: 10", "knee: 10\n  latency: cubic"), `bad.yaml:6: backend.latency: must be one of quadratic, linear, exponential, step, not "cubic"`},
 		{"exponential without growth", sub("knee: 10", "knee: 10\n  latency: exponential"), "bad.yaml:3: backend.growth: latency: exponential needs growth"},
 		{"growth on quadratic", sub("knee: 10", "knee: 10\n  growth: 1.1"), "bad.yaml:6: backend.growth: applies only to latency: exponential"},
 		{"unknown jitter", sub("knee: 10", "knee: 10\n  jitter_dist: pareto"), `bad.yaml:6: backend.jitter_dist: must be one of lognormal, exponential`},

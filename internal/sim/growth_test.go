@@ -38,3 +38,22 @@ func TestGrowthBurst(t *testing.T) {
 		}
 	}
 }
+
+// On step-knee (make bench-gate's backend: latency doubles one request
+// past 40 in flight, so an overshoot halves what it completes; 80 clients,
+// a refused one retries after 25 ms) every controller delivers at least
+// 80% of the ideal, a static 40's throughput. Before the cut to the knee
+// (see adaptive's knee) each overshoot left gradient2 at 30 in flight
+// (74%) and p95 at 34 (77%): a loss halved the limit, or took gradient2's
+// floor, and CUBIC's regrowth took seconds.
+func TestGrowthStepKnee(t *testing.T) {
+	_, res := runField(t, "step-knee")
+	ideal := res[KindStatic].Stats.Throughput
+	for _, k := range adaptiveKinds {
+		st := res[k].Stats
+		t.Logf("%-9s throughput %6.1f/s = %5.1f%% of static 40's %6.1f/s, in flight %.1f", k, st.Throughput, 100*st.Throughput/ideal, ideal, st.MeanInflight)
+		if st.Throughput < 0.80*ideal {
+			t.Errorf("%s: %.1f requests a second, %.0f%% of a static 40's %.1f; want ≥ 80%%", k, st.Throughput, 100*st.Throughput/ideal, ideal)
+		}
+	}
+}

@@ -53,6 +53,7 @@ type Scenario struct {
 //	quadratic    shape(x) = 1 + (x/K)²          2× Base at x = K, peak throughput there
 //	linear       shape(x) = max(1, x/K)         flat to K, then each request adds Base/K and no throughput
 //	exponential  shape(x) = G^max(0, x − K)     flat to K, then × G per request
+//	step         shape(x) = 1 to K, 2x/K past   flat to K, then twice as slow (half the throughput) and linear
 //
 // Its latency is fixed when it is admitted. c scales the concurrency the
 // backend absorbs: every model at capacity c behaves as at capacity 1 with
@@ -92,9 +93,13 @@ const (
 	Quadratic LatencyModel = iota
 	Linear
 	Exponential
+	// Step is make bench-gate's backend (test/benchgate): the latency
+	// doubles in one step past the knee, so one request past it halves
+	// what the backend completes.
+	Step
 )
 
-var latencyModels = []string{"quadratic", "linear", "exponential"}
+var latencyModels = []string{"quadratic", "linear", "exponential", "step"}
 
 // String returns the model's name in a scenario file.
 func (m LatencyModel) String() string { return enumName(latencyModels, int(m)) }

@@ -138,7 +138,7 @@ const (
 func (v *validator) backend(s *Scenario) {
 	b := s.Backend
 	switch {
-	case b.Latency > Exponential:
+	case b.Latency > Step:
 		v.errorf("backend.latency", "must be one of %s, not %v", strings.Join(latencyModels, ", "), b.Latency)
 	case b.Latency == Exponential && !(b.Growth > 1 && b.Growth <= maxGrowth):
 		v.errorf("backend.growth", "latency: exponential needs growth, the latency factor per request above the knee, in (1, %d] (e.g. 1.1), not %v", maxGrowth, b.Growth)

@@ -75,6 +75,7 @@ type AIMD struct {
 	pace     pacing
 	losses   recovery // Error and Timeout
 	delays   recovery // Overdue
+	knee     knee     // the most in flight lately answered unloaded (see knee)
 }
 
 // NewAIMD returns an AIMD controller for c.
@@ -160,18 +161,24 @@ func (a *AIMD) Observe(now time.Time, s Sample) int {
 		if s.Outcome == OK {
 			a.noload.push(s.RTT)
 			a.setAfter()
+			a.knee.see(s)
 		}
 	}
 	switch {
 	case s.Outcome == Error || s.Outcome == Timeout: // a loss (see recovery)
 		if a.losses.newEvent(now, s) {
 			m := min(a.limit, s.Inflight)
-			a.limit = a.b.clamp(m / 2)
+			law := m / 2
+			if s.Outcome == Timeout { // not an error: see knee
+				law = a.knee.cutTo(now, s, law, m)
+			}
+			a.limit = a.b.clamp(law)
 			a.pace.loss(now, float64(m), a.limit)
 		}
 	case s.Outcome == Overdue: // past the threshold already: once per congestion event
 		if a.delays.newEvent(now, s) {
-			a.limit = a.b.clamp(int(float64(min(a.limit, s.Inflight)) * a.backoff))
+			m := min(a.limit, s.Inflight)
+			a.limit = a.b.clamp(a.knee.cutTo(now, s, int(float64(m)*a.backoff), m))
 			a.pace.cut(a.limit)
 		}
 	case s.Outcome == Dropped: // says nothing of the backend
@@ -180,7 +187,7 @@ func (a *AIMD) Observe(now time.Time, s Sample) int {
 			// The further past the threshold, the deeper the cut: ×Backoff
 			// just past it, down to ×0.5 at twice it.
 			f := min(a.backoff, max(0.5, float64(a.after)/float64(s.RTT)))
-			a.limit = a.b.clamp(int(float64(a.limit) * f))
+			a.limit = a.b.clamp(a.knee.cutTo(now, s, int(float64(a.limit)*f), min(a.limit, s.Inflight)))
 			a.pace.cut(a.limit)
 		}
 	case a.losses.mayGrow(s) && a.delays.mayGrow(s) && utilized(s, a.limit, a.minUtil, a.pace.slow(a.limit)):

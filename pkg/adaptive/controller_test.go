@@ -33,14 +33,15 @@ func TestControllersDecreaseFastUnderHighLatency(t *testing.T) {
 			prime(t, c, &now)
 			// Ten round trips of slow samples: the controllers that cut
 			// once per congestion event cut once in each. (p95 judges a
-			// window of at least 20 samples: it gets them faster.)
-			step := 100 * time.Millisecond
+			// window of at least 20 samples admitted since its last
+			// decrease: it gets them faster, in three round trips.)
+			step, n := 100*time.Millisecond, 50
 			if tc.name == "p95" {
-				step = 10 * time.Millisecond
+				step, n = 10*time.Millisecond, 150
 			}
-			limits := feed(c, &now, 50, step, 500*time.Millisecond, OK)
+			limits := feed(c, &now, n, step, 500*time.Millisecond, OK)
 			if got := limits[len(limits)-1]; got > 5 {
-				t.Fatalf("limit %d after 50 slow samples, want ≤ 5: %v", got, limits)
+				t.Fatalf("limit %d after %d slow samples, want ≤ 5: %v", got, n, limits)
 			}
 			if slices.Reverse(limits); !slices.IsSorted(limits) {
 				t.Fatalf("limit rose under high latency: %v", limits)

@@ -74,6 +74,8 @@ type Gradient2 struct {
 	pace      pacing
 	losses    recovery
 	delays    recovery      // Overdue
+	knee      knee          // the most in flight lately answered unloaded (see knee)
+	floor     float64       // the knee the last delay found (0: none): see Observe
 	after     time.Duration // OverdueAfter's answer, kept by Observe
 }
 
@@ -168,7 +170,11 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 			// floor's target at once, from what was in flight when the
 			// lost request was admitted.
 			m := min(g.estimate, float64(s.Inflight))
-			g.estimate = g.b.clampF(min(g.estimate, gradientFloor*m+math.Sqrt(m)))
+			law := min(g.estimate, gradientFloor*m+math.Sqrt(m))
+			if s.Outcome == Timeout { // not an error: see knee
+				law = max(law, min(g.estimate, float64(g.knee.cutTo(now, s, 0, int(m)))))
+			}
+			g.estimate = g.b.clampF(law)
 			g.limit = g.b.clamp(int(g.estimate))
 			g.pace.loss(now, m, g.limit)
 		}
@@ -181,10 +187,16 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 	if s.Outcome == Dropped || (s.Outcome == Overdue && !g.delays.newEvent(now, s)) {
 		return g.limit
 	}
+	if s.Outcome == Overdue {
+		// The answers admitted before this event may lower the estimate
+		// no lower than a knee just below it (see knee).
+		g.floor = float64(g.knee.cutTo(now, s, 0, min(int(g.estimate), s.Inflight)))
+	}
 	gradient := gradientFloor
 	if s.Outcome == OK {
 		g.noload.push(rtt)
 		noload, _ := g.noload.min()
+		g.knee.see(s)
 		// Capped at Tolerance, not 1: an answer faster than
 		// Tolerance·rttNoload weighs against a slow one. Capped at 1, the
 		// jitter's fast half could not offset its slow half, and the
@@ -192,6 +204,22 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 		gradient = min(max(g.tolerance*float64(noload)/float64(rtt), gradientFloor), g.tolerance)
 	}
 	newLimit := g.estimate*gradient + math.Sqrt(g.estimate)
+	// An answer admitted before the last loss was sent into the congestion
+	// the loss's cut answered: it lowers the estimate no further (see
+	// recovery); before the last delay, no lower than the knee found then
+	// (floor). Past a step knee the answers of a round trip admitted one
+	// past it each pulled the estimate down a step after the cut, 41 to
+	// 29. Below no knee, delays keep smoothing: on a backend that slows
+	// from one request in flight (linear), or whose capacity fell, they are
+	// the law's brake.
+	if s.Outcome == OK && newLimit < g.estimate {
+		if !g.losses.mayGrow(s) {
+			return g.limit
+		}
+		if !g.delays.mayGrow(s) {
+			newLimit = max(newLimit, min(g.floor, g.estimate))
+		}
+	}
 	if newLimit > g.estimate && (s.Outcome != OK || !g.losses.mayGrow(s) || !g.delays.mayGrow(s) || !utilized(s, g.limit, g.minUtil, g.pace.slow(g.limit))) {
 		return g.limit
 	}

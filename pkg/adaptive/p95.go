@@ -119,6 +119,7 @@ type P95 struct {
 
 	// The window: a ring of samples in completion order.
 	at      []time.Time
+	start   []time.Time // when each was admitted
 	rtt     []time.Duration
 	outcome []Outcome
 	head    int // oldest sample
@@ -135,6 +136,18 @@ type P95 struct {
 	// cut is set by the first decrease: slow start is over (see P95).
 	cut  bool
 	last time.Time // the last evaluation
+	// decreased is when the limit was last decreased: the latency signal
+	// leaves out the samples admitted before it, which the decrease
+	// answered (as recovery does for losses). Without it one overshoot,
+	// still in a 500 ms window at a 100 ms tick, cut 16 → 12 → 9 → 7 → 6.
+	decreased time.Time
+	// good is the highest limit an evaluation found below the band since
+	// the last decrease (0: none): a decrease for latency leaves the limit
+	// there, not ×DecreaseFactor, when that is less deep, and the limit
+	// then regrows past it along pacing's loss curve (CUBIC's plateau),
+	// as the other controllers do past a knee (see knee).
+	good int
+	pace pacing
 }
 
 // NewP95 returns a P95 controller for c.
@@ -205,6 +218,7 @@ func NewP95(c P95Config) (*P95, error) {
 		b:       b,
 		limit:   b.initial,
 		at:      make([]time.Time, c.MaxSamples),
+		start:   make([]time.Time, c.MaxSamples),
 		rtt:     make([]time.Duration, c.MaxSamples),
 		outcome: make([]Outcome, c.MaxSamples),
 		scratch: make([]time.Duration, 0, c.MaxSamples),
@@ -231,7 +245,7 @@ func (p *P95) Observe(now time.Time, s Sample) int {
 		} else {
 			p.size++
 		}
-		p.at[i], p.rtt[i], p.outcome[i] = now, s.RTT, s.Outcome
+		p.at[i], p.start[i], p.rtt[i], p.outcome[i] = now, s.Start, s.RTT, s.Outcome
 		p.recent++
 		if s.Outcome.failed() {
 			p.recentFailed++
@@ -283,16 +297,6 @@ func (p *P95) evaluate(now time.Time) {
 	}
 	erring := p.erring()
 	p.recent, p.recentFailed = 0, 0
-	lat := p.scratch[:0]
-	for k := range p.size {
-		i := (p.head + k) % len(p.at)
-		// An error's RTT is not the backend's latency, an overdue request's
-		// own sample comes later, and a timeout is a loss (Observe), its
-		// RTT only when someone gave up.
-		if o := p.outcome[i]; o != Error && o != Overdue && o != Timeout {
-			lat = append(lat, p.rtt[i])
-		}
-	}
 	if erring {
 		p.decrease(now)
 		return
@@ -300,27 +304,71 @@ func (p *P95) evaluate(now time.Time) {
 	if p.size < p.c.MinSamples {
 		return
 	}
-	if len(lat) < p.c.MinSamples {
+	target := float64(p.c.Target)
+	// A decrease is judged on the samples admitted since the last one: the
+	// ones before it were sent into the latency it answered.
+	signal, ok := p.signal(true)
+	if ok && float64(signal) > target && p.good > 0 && p.limit > p.good && p.limit-p.good <= p.c.IncreaseStep {
+		// The last step took the signal from below the band to above the
+		// target: it crossed a knee. Back to the limit below it, at once,
+		// and past it again along pacing's loss curve (probing carefully):
+		// held inside the band, make bench-gate's backend, whose latency
+		// doubles one request past 40 in flight (102.5 ms, target 100 ms),
+		// ran 2–3 s of every 7 at 41 and half its throughput.
+		from := p.limit
+		p.limit = p.good
+		p.decreased, p.good = now, 0
+		p.pace.loss(now, float64(from), p.limit)
 		return
 	}
-	var signal time.Duration
-	if p.c.Signal == SignalEWMA {
-		signal = ewma(lat, p.c.EWMAAlpha)
-	} else {
-		signal = sortedP95(lat)
-	}
-	target := float64(p.c.Target)
-	switch {
-	case float64(signal) > target*(1+p.c.Tolerance):
+	if ok && float64(signal) > target*(1+p.c.Tolerance) {
+		from := p.limit
+		good := p.good
 		p.decrease(now)
-	case float64(signal) < target*(1-p.c.Tolerance) && utilized(Sample{Inflight: p.peak}, p.limit, p.c.MinUtilization, false):
+		if good > 0 && good < from {
+			// Back to the last limit found below the band, then past it
+			// along pacing's loss curve (see P95.good).
+			p.limit = p.b.clamp(max(p.limit, good))
+			p.pace.loss(now, float64(from), p.limit)
+		}
+		return
+	}
+	if signal, ok := p.signal(false); ok && float64(signal) < target*(1-p.c.Tolerance) && utilized(Sample{Inflight: p.peak}, p.limit, p.c.MinUtilization, false) {
+		p.good = max(p.good, p.limit)
 		if !p.cut { // slow start: the rise doubles per round trip (see pacing)
 			l := p.limit
 			p.limit = p.b.clamp(l + min(l, p.c.IncreaseStep*max(1, l-p.b.initial+1)))
 			return
 		}
-		p.limit = p.b.clamp(p.limit + p.c.IncreaseStep)
+		c := math.MaxInt
+		if p.pace.lossMax > 0 {
+			c = max(p.limit, int(min(p.pace.ceiling(now), math.MaxInt32)))
+		}
+		p.limit = p.b.clamp(min(p.limit+p.c.IncreaseStep, c))
 	}
+}
+
+// signal returns the latency statistic of the window's answers (only
+// those admitted since the last decrease, if sinceDecrease); ok is false
+// with fewer than MinSamples of them.
+func (p *P95) signal(sinceDecrease bool) (time.Duration, bool) {
+	lat := p.scratch[:0]
+	for k := range p.size {
+		i := (p.head + k) % len(p.at)
+		// An error's RTT is not the backend's latency, an overdue request's
+		// own sample comes later, and a timeout is a loss (Observe), its
+		// RTT only when someone gave up.
+		if o := p.outcome[i]; o != Error && o != Overdue && o != Timeout && (!sinceDecrease || !p.start[i].Before(p.decreased)) {
+			lat = append(lat, p.rtt[i])
+		}
+	}
+	if len(lat) < p.c.MinSamples {
+		return 0, false
+	}
+	if p.c.Signal == SignalEWMA {
+		return ewma(lat, p.c.EWMAAlpha), true
+	}
+	return sortedP95(lat), true
 }
 
 // erring reports whether the error rate since the previous evaluation is
@@ -337,4 +385,6 @@ func (p *P95) decrease(now time.Time) {
 	p.limit = p.b.clamp(next)
 	p.calmUntil = now.Add(p.c.Cooldown)
 	p.cut = true
+	p.decreased = now
+	p.good = 0
 }

@@ -49,9 +49,11 @@ func TestP95SlowStartThenOneStepPerTick(t *testing.T) {
 	}
 }
 
+// Once per round trip: each decrease is judged on answers admitted after
+// the last (500 ms each, 20 of them), so 10→7→4→2→1 takes four round trips.
 func TestP95DecreasesFastUnderHighLatency(t *testing.T) {
 	c, now := newKataP95(t, 1, 10, 10, nil), t0
-	limits := feed(c, &now, 100, 5*time.Millisecond, 500*time.Millisecond, OK)
+	limits := feed(c, &now, 400, 5*time.Millisecond, 500*time.Millisecond, OK)
 	if got := slices.Compact(limits); !slices.Equal(got, []int{10, 7, 4, 2, 1}) {
 		t.Fatalf("limits %v, want 10→7→4→2→1", got)
 	}
@@ -71,7 +73,7 @@ func TestP95HoldsInsideTheBand(t *testing.T) {
 
 func TestP95RecoversAfterBackendImproves(t *testing.T) {
 	c, now := newKataP95(t, 1, 10, 10, nil), t0
-	feed(c, &now, 100, 5*time.Millisecond, 500*time.Millisecond, OK) // phase 1: 500ms
+	feed(c, &now, 400, 5*time.Millisecond, 500*time.Millisecond, OK) // phase 1: 500ms, four round trips
 	if c.Limit() != 1 {
 		t.Fatalf("phase 1: limit %d, want 1", c.Limit())
 	}
@@ -111,9 +113,10 @@ func TestP95CooldownAndMaxDecreaseStep(t *testing.T) {
 			last = l
 		}
 	}
-	// 100 → 80 (capped at −20; 70 otherwise) → 60 → 42 → 29 → 20, one
-	// decrease every third tick: the 250ms cooldown skips two.
-	want := []step{{105e6, 80}, {405e6, 60}, {705e6, 42}, {1005e6, 29}, {1305e6, 20}}
+	// 100 → 80 (capped at −20; 70 otherwise) → 60 → 42, one decrease a
+	// round trip (500 ms answers, then 20 admitted after the decrease, a
+	// tick): the 250 ms cooldown ends within it.
+	want := []step{{105e6, 80}, {705e6, 60}, {1305e6, 42}}
 	if !slices.Equal(steps, want) {
 		t.Fatalf("decreases %v, want %v", steps, want)
 	}
@@ -184,5 +187,25 @@ func TestP95WindowForgetsOldSamples(t *testing.T) {
 	now = now.Add(2 * time.Second) // the slow samples leave the window
 	if limits := feed(c, &now, 5, 5*time.Millisecond, 500*time.Millisecond, OK); slices.Min(limits) != 10 {
 		t.Fatalf("stale samples counted: %v", limits)
+	}
+}
+
+// After a decrease, the answers admitted before it do not decrease the
+// limit again (as recovery does for losses): one overshoot, still in a
+// 500 ms window judged every 100 ms, cut 16 → 11 → 7 → 4 → 2 before.
+func TestP95NoSecondDecreaseOnSamplesAdmittedBeforeIt(t *testing.T) {
+	c, now := newKataP95(t, 1, 16, 16, func(c *P95Config) {
+		c.Window = 500 * time.Millisecond
+		c.TickInterval = 100 * time.Millisecond
+	}), t0
+	start := t0.Add(time.Millisecond) // the overshoot: all admitted before any decrease
+	now = t0.Add(150 * time.Millisecond)
+	var limits []int
+	for range 100 { // 500 ms of their slow answers
+		now = now.Add(5 * time.Millisecond)
+		limits = append(limits, c.Observe(now, Sample{Start: start, RTT: now.Sub(start), Inflight: 16, Outcome: OK}))
+	}
+	if got := slices.Compact(limits); !slices.Equal(got, []int{16, 11}) {
+		t.Fatalf("limits %v, want one decrease, 16→11", got)
 	}
 }

@@ -66,6 +66,7 @@ type Vegas struct {
 	typical *minWindow // OverdueAfter's floor's baseline (see OverdueAfter)
 	recal   recalibrator
 	pace    pacing
+	knee    knee          // the most in flight lately answered unloaded (see knee)
 	losses  recovery      // Error and Timeout
 	delays  recovery      // Overdue
 	after   time.Duration // OverdueAfter's answer, kept by Observe
@@ -163,13 +164,17 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 	case Error, Timeout: // a loss (see recovery): halve what was in flight
 		if v.losses.newEvent(now, s) {
 			m := min(v.limit, s.Inflight)
-			v.limit = v.b.clamp(m / 2)
+			law := m / 2
+			if s.Outcome == Timeout { // not an error: see knee
+				law = v.knee.cutTo(now, s, law, m)
+			}
+			v.limit = v.b.clamp(law)
 			v.pace.loss(now, float64(m), v.limit)
 		}
 		return v.limit
 	case Overdue: // past beta already: once per congestion event
 		if v.delays.newEvent(now, s) {
-			v.limit = v.b.clamp(v.limit - step)
+			v.limit = v.b.clamp(v.knee.cutTo(now, s, v.limit-step, min(v.limit, s.Inflight)))
 			v.pace.cut(v.limit)
 		}
 		return v.limit
@@ -178,6 +183,7 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 	}
 	v.noload.push(rtt)
 	v.typical.push(rtt)
+	v.knee.see(s)
 	noload, _ := v.noload.min()
 	queue := l * (1 - float64(noload)/float64(v.recent.push(now, rtt, noload)))
 	alpha, beta := vegasBand(l)
@@ -187,7 +193,7 @@ func (v *Vegas) Observe(now time.Time, s Sample) int {
 			v.limit = v.b.clamp(v.pace.grow(now, s, v.limit, step))
 		}
 	case queue > beta && v.delays.newEvent(now, s): // once per congestion event
-		v.limit = v.b.clamp(v.limit - step)
+		v.limit = v.b.clamp(v.knee.cutTo(now, s, v.limit-step, min(v.limit, s.Inflight)))
 		v.pace.cut(v.limit)
 	}
 	return v.limit

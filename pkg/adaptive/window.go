@@ -160,3 +160,60 @@ func ewma(xs []time.Duration, alpha float64) time.Duration {
 	}
 	return time.Duration(avg)
 }
+
+// knee is the most in flight lately seen answered at about the no-load
+// RTT: the highest Inflight of an OK sample no slower than fastFactor ×
+// the least RTT seen, admitted since the last cut. A cut for a delay or a
+// request never answered takes the limit down to it (below the level that
+// was slow or lost), not by a fixed factor, when that is less deep: on a
+// backend whose latency doubles one request past its knee, a halving (or
+// gradient2's floor) left the limit at half the knee after each probe,
+// and CUBIC's regrowth to it took seconds (make bench-gate: 27–30 in
+// flight for a knee of 40). The level is forgotten at each cut: a second
+// event before any answer admitted after the first has come back fast is
+// persistent congestion, and the law's cut applies; a second event on a
+// request admitted before the cut (a request reported overdue, then lost)
+// is the same congestion, and takes the same level. Errors keep the
+// law's cut: a backend answering fast errors above a rate answers the
+// rest fast too, and its level says nothing of what it sustains. Only
+// a level within √from of the failed level counts (see cutTo).
+type knee struct {
+	cut         time.Time
+	level, prev int // prev: the level the last cut took
+	floor       time.Duration
+}
+
+// fastFactor is how much slower than the no-load RTT an answer may be and
+// still count as unloaded: gradient2's tolerance.
+const fastFactor = 1.25
+
+// see records s, an OK sample: judged against the least RTT yet seen,
+// not the controller's no-load RTT, which a backend slowing from one
+// request in flight (linear) inflates, and with it the level.
+func (k *knee) see(s Sample) {
+	if k.floor == 0 || s.RTT < k.floor {
+		k.floor = s.RTT
+	}
+	if float64(s.RTT) <= fastFactor*float64(k.floor) && !s.Start.Before(k.cut) {
+		k.level = max(k.level, s.Inflight)
+	}
+}
+
+// cutTo returns the limit a cut at now for s should leave: law's, or, if
+// higher, the knee's level below from (the level that was slow or lost);
+// and forgets the level.
+func (k *knee) cutTo(now time.Time, s Sample, law, from int) int {
+	level := k.prev
+	if !s.Start.Before(k.cut) {
+		level = k.level
+		k.cut, k.level, k.prev = now, 0, level
+	}
+	// Only a knee within one probe (√from, gradient2's headroom) of the
+	// level that failed: further below, the congestion is deeper than an
+	// overshoot (a backend that slows from one request in flight, a
+	// capacity that fell), and the law's cut is the answer.
+	if level > 0 && float64(level) >= float64(from)-math.Sqrt(float64(from)) {
+		return max(law, min(level, from-1))
+	}
+	return law
+}

@@ -181,3 +181,22 @@ up 1
 		t.Error("an unterminated label value parsed")
 	}
 }
+
+// TestSlowStoreShare holds slowStoreShare to Prometheus's text format: of
+// the 10 calls between two scrapes, 3 took over 25 ms.
+func TestSlowStoreShare(t *testing.T) {
+	scrape := func(fast, count int) metricSet {
+		m, err := parseMetrics(fmt.Sprintf(`# TYPE throttlekit_store_call_duration_seconds histogram
+throttlekit_store_call_duration_seconds_bucket{op="check",le="0.025"} %d
+throttlekit_store_call_duration_seconds_bucket{op="check",le="+Inf"} %d
+throttlekit_store_call_duration_seconds_count{op="check"} %d
+`, fast, count, count))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if got := slowStoreShare(scrape(5, 5), scrape(12, 15), 0.025); got != 0.3 {
+		t.Errorf("slowStoreShare = %v, want 0.3", got)
+	}
+}
