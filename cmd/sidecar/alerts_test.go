@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/throttlekit/throttlekit/internal/telemetry"
 	"os"
 	"regexp"
 	"slices"
@@ -39,7 +40,8 @@ func registeredMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	m := newMetrics(e, nil)
-	newShedder(1, m.reg) // serve registers the gRPC server's shedding counter beside them
+	newShedder(1, m.reg)                          // serve registers the gRPC server's shedding counter beside them
+	m.reg.MustRegister(telemetry.RLQSCollector{}) // and, with --rlqs, the quota service's series
 	ch := make(chan *prometheus.Desc)
 	go func() { m.reg.Describe(ch); close(ch) }()
 	names := map[string]bool{}

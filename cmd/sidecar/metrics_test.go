@@ -115,7 +115,7 @@ func TestAlertSeriesExistAtStart(t *testing.T) {
 		t.Fatalf("serve did not start (exit %d)", s.code)
 	}
 	series := s.scrape(t)
-	var fleetSeries, fedSeries []metric
+	var fleetSeries, fedSeries, rlqsSeries []metric
 	for _, sel := range sels {
 		from := series
 		if sel.name == "up" {
@@ -130,6 +130,16 @@ func TestAlertSeriesExistAtStart(t *testing.T) {
 				fedSeries = f.scrape(t)
 			}
 			from = fedSeries
+		}
+		if strings.HasPrefix(sel.name, "throttlekit_rlqs_") {
+			if rlqsSeries == nil {
+				f := startServeWith(t, testPolicy, []string{"--rlqs"}, nil)
+				if f.httpAddr == "" {
+					t.Fatalf("serve --rlqs did not start (exit %d)", f.code)
+				}
+				rlqsSeries = f.scrape(t)
+			}
+			from = rlqsSeries
 		}
 		if strings.HasPrefix(sel.name, "throttlekit_gate_fleet_") {
 			if fleetSeries == nil {
