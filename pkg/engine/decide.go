@@ -271,24 +271,36 @@ func (e *Engine) done(c *compiled, s *scratch) {
 func applyReplaces(hits []hit) []hit {
 	var replaced map[string]bool
 	for j := range hits {
-		for _, n := range hits[j].r.replaces {
-			if replaced == nil {
-				replaced = map[string]bool{}
-			}
-			replaced[n] = true
-		}
+		replaced = hits[j].r.noteReplaces(replaced)
 	}
 	if replaced == nil {
 		return hits
 	}
 	kept := hits[:0]
 	for _, h := range hits {
-		if h.r.name == "" || !replaced[h.r.name] {
+		if !h.r.replacedIn(replaced) {
 			kept = append(kept, h)
 		}
 	}
 	clear(hits[len(kept):])
 	return kept
+}
+
+// noteReplaces adds the names of the limits r replaces to replaced, made on
+// first use (nil while no limit replaces another).
+func (r *rule) noteReplaces(replaced map[string]bool) map[string]bool {
+	for _, n := range r.replaces {
+		if replaced == nil {
+			replaced = map[string]bool{}
+		}
+		replaced[n] = true
+	}
+	return replaced
+}
+
+// replacedIn reports whether another applying limit replaces r.
+func (r *rule) replacedIn(replaced map[string]bool) bool {
+	return r.name != "" && replaced[r.name]
 }
 
 // evaluate asks h's limit.

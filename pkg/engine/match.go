@@ -35,18 +35,7 @@ func newNode() *node {
 func (root *node) match(entries []Entry, path []*branch) (*branch, []*branch) {
 	n := root
 	for i, e := range entries {
-		b := n.exact[entryKey{e.Key, e.Value}]
-		if b == nil {
-			for _, w := range n.wildcard {
-				if w.key == e.Key && globParts(w.parts, e.Value) {
-					b = w
-					break
-				}
-			}
-		}
-		if b == nil {
-			b = n.keyOnly[e.Key]
-		}
+		b := n.step(e.Key, e.Value)
 		if b == nil {
 			return nil, path
 		}
@@ -63,6 +52,21 @@ func (root *node) match(entries []Entry, path []*branch) (*branch, []*branch) {
 		n = b.next
 	}
 	return nil, path
+}
+
+// step is the branch of n that entry (key, value) matches, as match and
+// matchBucket take it: the exact pair, then the first wildcard of that key
+// that matches, then the key alone; nil if none.
+func (n *node) step(key, value string) *branch {
+	if b := n.exact[entryKey{key, value}]; b != nil {
+		return b
+	}
+	for _, w := range n.wildcard {
+		if w.key == key && globParts(w.parts, value) {
+			return w
+		}
+	}
+	return n.keyOnly[key]
 }
 
 // glob reports whether s matches pattern, where '*' matches any run of bytes

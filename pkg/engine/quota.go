@@ -53,16 +53,11 @@ func (e *Engine) ResolveQuota(domain string, bucket map[string]string) (ratelimi
 	rules := b.rules
 	var replaced map[string]bool
 	for _, r := range rules {
-		for _, n := range r.replaces {
-			if replaced == nil {
-				replaced = map[string]bool{}
-			}
-			replaced[n] = true
-		}
+		replaced = r.noteReplaces(replaced)
 	}
 	q := ratelimit.Quota{}
 	for _, r := range rules {
-		if r.name != "" && replaced[r.name] {
+		if r.replacedIn(replaced) {
 			continue
 		}
 		if r.unlimited || r.shadow {
@@ -97,11 +92,10 @@ func validBucket(domain string, bucket map[string]string) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
 	}
+	if err := validDomain(domain); err != nil {
+		return err
+	}
 	switch {
-	case domain == "":
-		return bad("no domain")
-	case len(domain) > MaxDomainBytes:
-		return bad("domain is %d bytes, at most %d", len(domain), MaxDomainBytes)
 	case len(bucket) == 0:
 		return bad("empty bucket id")
 	case len(bucket) > MaxEntries:
@@ -162,21 +156,6 @@ func (root *node) matchBucket(bucket map[string]string) (*branch, []*branch, []s
 		return nil, nil, nil
 	}
 	return b, path, values
-}
-
-// step is the branch of n that entry (key, value) matches, as match takes
-// it: the exact pair, then the first wildcard of that key that matches,
-// then the key alone; nil if none.
-func (n *node) step(key, value string) *branch {
-	if b := n.exact[entryKey{key, value}]; b != nil {
-		return b
-	}
-	for _, w := range n.wildcard {
-		if w.key == key && globParts(w.parts, value) {
-			return w
-		}
-	}
-	return n.keyOnly[key]
 }
 
 // window is a counted rule's window: unit × unit_multiplier.

@@ -12,11 +12,8 @@ func validate(req *Request) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
 	}
-	if req.Domain == "" {
-		return bad("no domain")
-	}
-	if len(req.Domain) > MaxDomainBytes {
-		return bad("domain is %d bytes, at most %d bytes", len(req.Domain), MaxDomainBytes)
+	if err := validDomain(req.Domain); err != nil {
+		return err
 	}
 	if len(req.Descriptors) == 0 {
 		return bad("no descriptors")
@@ -45,6 +42,18 @@ func validate(req *Request) error {
 		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
 			return bad("descriptor %d limit override has no valid unit", i)
 		}
+	}
+	return nil
+}
+
+// validDomain refuses, wrapping ErrInvalidRequest, an empty domain or one
+// over MaxDomainBytes (RLS requests and RLQS buckets alike).
+func validDomain(domain string) error {
+	switch {
+	case domain == "":
+		return fmt.Errorf("%w: no domain", ErrInvalidRequest)
+	case len(domain) > MaxDomainBytes:
+		return fmt.Errorf("%w: domain is %d bytes, at most %d bytes", ErrInvalidRequest, len(domain), MaxDomainBytes)
 	}
 	return nil
 }

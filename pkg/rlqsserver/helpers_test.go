@@ -2,6 +2,7 @@ package rlqsserver_test
 
 import (
 	"context"
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"log/slog"
 	"net"
 	"sync"
@@ -259,15 +260,11 @@ func tokens(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction) (int64,
 	return int64(tb.GetMaxTokens()), qa.GetAssignmentTimeToLive().AsDuration()
 }
 
-// waitFor waits (5 s at most) for cond.
+// waitFor waits (10 s at most, testenv.Eventually) for cond.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(time.Millisecond) // polling a condition, not waiting for time to pass
+	if !testenv.Eventually(cond) {
+		t.Fatalf("%s: not within 10s", what)
 	}
 }
 

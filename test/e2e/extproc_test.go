@@ -3,12 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -58,47 +56,7 @@ func newBackend(t *testing.T) *backend {
 // server; on CONTINUE, the real request to the backend, then its response
 // headers. It returns the immediate response when the gate refused.
 func envoy(ctx context.Context, c extprocv3.ExternalProcessorClient, backendURL string) (*extprocv3.ImmediateResponse, error) {
-	stream, err := c.Process(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer stream.CloseSend()
-	hdr := func(kv ...string) *corev3.HeaderMap {
-		m := &corev3.HeaderMap{}
-		for i := 0; i < len(kv); i += 2 {
-			m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
-		}
-		return m
-	}
-	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-		Headers: hdr(":method", "GET", ":authority", "backend", ":path", "/work")}}}); err != nil {
-		return nil, err
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return nil, err
-	}
-	if ir := resp.GetImmediateResponse(); ir != nil {
-		return ir, nil
-	}
-	if resp.GetRequestHeaders() == nil {
-		return nil, fmt.Errorf("unexpected answer to request headers: %v", resp)
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, backendURL+"/work", nil)
-	hr, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	io.Copy(io.Discard, hr.Body)
-	hr.Body.Close()
-	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-		Headers: hdr(":status", strconv.Itoa(hr.StatusCode))}}}); err != nil {
-		return nil, err
-	}
-	if _, err := stream.Recv(); err != nil {
-		return nil, err
-	}
-	return nil, nil
+	return envoyVia(ctx, c, backendURL, nil)
 }
 
 // TestE2EExtProcGate: the gate's limit falls when the backend slows and

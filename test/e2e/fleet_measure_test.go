@@ -64,7 +64,8 @@ func fleetCall(ctx context.Context, c extprocv3.ExternalProcessorClient, backend
 	return ir, time.Since(start) - service, err
 }
 
-// envoyVia is envoy, handing the backend's response headers to seen.
+// envoyVia is envoy, handing the backend's response headers to seen (when
+// not nil).
 func envoyVia(ctx context.Context, c extprocv3.ExternalProcessorClient, backendURL string, seen func(http.Header)) (*extprocv3.ImmediateResponse, error) {
 	stream, err := c.Process(ctx)
 	if err != nil {
@@ -92,7 +93,9 @@ func envoyVia(ctx context.Context, c extprocv3.ExternalProcessorClient, backendU
 	}
 	io.Copy(io.Discard, hr.Body)
 	hr.Body.Close()
-	seen(hr.Header)
+	if seen != nil {
+		seen(hr.Header)
+	}
 	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 		Headers: headerMap(":status", strconv.Itoa(hr.StatusCode))}}}); err != nil {
 		return nil, err

@@ -240,11 +240,7 @@ func ExploreRate(c RateConfig, most int) (*RateSpace, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	sp, err := searchFrom(c.Initial(), c.key, func(s RateState, emit func(RateStep, RateState)) {
-		for _, t := range c.Next(s) {
-			emit(t.Step, t.After)
-		}
-	}, most, nil)
+	sp, err := searchFrom(c.Initial(), c.key, c.visit, most, nil)
 	return &RateSpace{sp}, err
 }
 
@@ -253,4 +249,11 @@ func ExploreRate(c RateConfig, most int) (*RateSpace, error) {
 func (sp *RateSpace) Over() ([]RateStep, bool) {
 	path, _, found := sp.first(func(s RateState) bool { return s.Over })
 	return path, found
+}
+
+// visit hands each transition out of s to emit: Next as the search walks it.
+func (c RateConfig) visit(s RateState, emit func(RateStep, RateState)) {
+	for _, t := range c.Next(s) {
+		emit(t.Step, t.After)
+	}
 }

@@ -514,11 +514,7 @@ func ExploreRegions(c RegionConfig, most int, stop func(RegionState) bool) (*Reg
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	sp, err := searchFrom(c.Initial(), c.key, func(s RegionState, emit func(RegionStep, RegionState)) {
-		for _, t := range c.Next(s) {
-			emit(t.Step, t.After)
-		}
-	}, most, stop)
+	sp, err := searchFrom(c.Initial(), c.key, c.visit, most, stop)
 	return &RegionSpace{sp}, err
 }
 
@@ -569,4 +565,11 @@ func (c RegionConfig) Bound(s RegionState) int {
 // units it never granted).
 func (c RegionConfig) Holds(s RegionState) bool {
 	return s.Admitted <= c.Bound(s) && s.HealthyAdmitted() <= c.Limit && s.L3 >= 0 && s.L3 <= c.Limit
+}
+
+// visit hands each transition out of s to emit: Next as the search walks it.
+func (c RegionConfig) visit(s RegionState, emit func(RegionStep, RegionState)) {
+	for _, t := range c.Next(s) {
+		emit(t.Step, t.After)
+	}
 }

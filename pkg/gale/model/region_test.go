@@ -104,18 +104,9 @@ func TestRegionFaultsAreFound(t *testing.T) {
 // transition of its description, and checks that it ends in a state that
 // breaks the bound, as last does.
 func (c RegionConfig) replay(path []RegionStep, last RegionState) error {
-	cur := c.Initial()
-	for i, st := range path {
-		found := false
-		for _, t := range c.Next(cur) {
-			if t.Step == st {
-				cur, found = t.After, true
-				break
-			}
-		}
-		if !found {
-			return fmt.Errorf("step %d (%v) does not replay", i, st)
-		}
+	cur, err := replay(c.Initial(), c.visit, path)
+	if err != nil {
+		return err
 	}
 	if c.Holds(cur) || cur.Admitted != last.Admitted {
 		return fmt.Errorf("the replay ends admitting %d (holds %v), the trace %d", cur.Admitted, c.Holds(cur), last.Admitted)

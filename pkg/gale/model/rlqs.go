@@ -524,11 +524,7 @@ func ExploreRLQS(c RLQSConfig, most int, stop func(RLQSState) bool) (*RLQSSpace,
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	sp, err := searchFrom(c.Initial(), c.key, func(s RLQSState, emit func(RLQSStep, RLQSState)) {
-		for _, t := range c.Next(s) {
-			emit(t.Step, t.After)
-		}
-	}, most, stop)
+	sp, err := searchFrom(c.Initial(), c.key, c.visit, most, stop)
 	return &RLQSSpace{sp}, err
 }
 
@@ -551,4 +547,11 @@ func (sp *RLQSSpace) MostAdmitted() int {
 		most = max(most, s.Admitted)
 	}
 	return most
+}
+
+// visit hands each transition out of s to emit: Next as the search walks it.
+func (c RLQSConfig) visit(s RLQSState, emit func(RLQSStep, RLQSState)) {
+	for _, t := range c.Next(s) {
+		emit(t.Step, t.After)
+	}
 }

@@ -176,21 +176,12 @@ func checkRLQSFound(t *testing.T, c RLQSConfig, steps int) {
 	t.Logf("found in %d steps, %d states: admitted %d of L %d:\n%s", len(path), sp.States(), s.Admitted, c.Limit, rlqsWords(path))
 }
 
-// replay runs path from the initial state, each step the transition of its
-// description, and checks that it ends where the trace does.
+// replay runs path from the initial state and checks that it ends where
+// the trace does.
 func (c RLQSConfig) replay(path []RLQSStep, last RLQSState) error {
-	cur := c.Initial()
-	for i, st := range path {
-		found := false
-		for _, t := range c.Next(cur) {
-			if t.Step == st {
-				cur, found = t.After, true
-				break
-			}
-		}
-		if !found {
-			return fmt.Errorf("step %d (%v) does not replay", i, st)
-		}
+	cur, err := replay(c.Initial(), c.visit, path)
+	if err != nil {
+		return err
 	}
 	if c.Holds(cur) || c.key(cur) != c.key(last) {
 		return fmt.Errorf("the replay ends admitting %d (holds %v), the trace %d", cur.Admitted, c.Holds(cur), last.Admitted)

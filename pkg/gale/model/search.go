@@ -73,3 +73,22 @@ func (sp *search[S, T]) first(bad func(S) bool) ([]T, S, bool) {
 	var none S
 	return nil, none, false
 }
+
+// replay follows path from initial, taking at each step the first
+// transition next offers with that step, and returns the state it ends in:
+// how a test shows a trace the search found is one the model can take.
+func replay[S any, T comparable](initial S, next func(S, func(T, S)), path []T) (S, error) {
+	cur := initial
+	for i, st := range path {
+		found := false
+		next(cur, func(t T, after S) {
+			if !found && t == st {
+				cur, found = after, true
+			}
+		})
+		if !found {
+			return cur, fmt.Errorf("step %d (%v) does not replay", i, st)
+		}
+	}
+	return cur, nil
+}
