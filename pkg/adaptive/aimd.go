@@ -195,3 +195,17 @@ func (a *AIMD) Observe(now time.Time, s Sample) int {
 	}
 	return a.limit
 }
+
+// Rebase moves the limit to limit (see Rebaser).
+func (a *AIMD) Rebase(limit int) int {
+	to := a.b.clamp(limit)
+	if a.recal.rebase(float64(to)) {
+		return a.limit
+	}
+	a.pace.shift(to - a.limit)
+	a.limit = to
+	return a.limit
+}
+
+// Level is the limit it estimates (see Rebaser).
+func (a *AIMD) Level() int { return a.recal.level(a.limit) }

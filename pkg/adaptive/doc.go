@@ -199,9 +199,11 @@ func (r *recovery) mayGrow(s Sample) bool { return !s.Start.Before(r.cut) }
 // and never more than one round trip's rise past the most in flight ever
 // answered (startNext of proven). After the first cut, above the limit
 // the cut left (the threshold), it is step/limit per sample: one step per
-// round trip (congestion avoidance). Below the threshold — regaining what
-// a pin or a later, deeper cut took — it is the whole step per sample
-// (slow start, doubling per round trip). Without it a controller adding a
+// round trip (congestion avoidance; under a ceiling, a distributed node's
+// share, a round trip brings the share's worth of answers: step/share).
+// Below the threshold — regaining what a pin or a later, deeper cut
+// took — it is the whole step per sample (slow start, doubling per round
+// trip). Without it a controller adding a
 // step per sample probes past a hard cap (a concurrency or rate limit)
 // every few round trips, and each probe costs a failed request.
 //
@@ -286,7 +288,7 @@ func (p *pacing) grow(now time.Time, s Sample, limit, step int) int {
 	case limit < p.threshold:
 		return min(limit+step, c)
 	default:
-		p.credit += float64(step) / float64(limit)
+		p.credit += float64(step) / answersPerRound(s, float64(limit))
 	}
 	n := int(p.credit + 1e-9) // a round trip's fractions may sum to just under a step
 	if n < 1 {
@@ -309,7 +311,21 @@ func (p *pacing) growF(now time.Time, s Sample, cur, next float64) float64 {
 	case cur < float64(p.threshold):
 		return min(next, c)
 	}
-	return min(next, cur+1/cur, c)
+	return min(next, cur+1/answersPerRound(s, cur), c)
+}
+
+// answersPerRound is how many answers a round trip brings a saturated gate
+// at limit: the limit, or under a ceiling below it (a distributed node's
+// share) the ceiling. Congestion avoidance spreads its step per round trip
+// over them: a node admitting under a share of L_global/N gets a round
+// trip's worth of answers from its share, and dividing its step by its
+// limit instead grew it, and the fleet's mean with it, N times slower
+// than one sidecar (TestCongestionAvoidanceUnderAShare).
+func answersPerRound(s Sample, limit float64) float64 {
+	if s.Ceiling > 0 && float64(s.Ceiling) < limit {
+		return float64(s.Ceiling)
+	}
+	return max(limit, 1)
 }
 
 // startProve records s, an OK sample in start-up, and returns the most
@@ -394,4 +410,37 @@ func checkFrac(ctrl, field string, v, lo, hi float64) error {
 		return fmt.Errorf("adaptive: %s: %s %v outside [%v, %v]", ctrl, field, v, lo, hi)
 	}
 	return nil
+}
+
+// Rebaser is implemented by a Controller whose limit its owner may move:
+// a distributed node keeps its L_local within a band about the fleet's
+// ceiling (distributed.Node), so that every node's limit counts in the
+// same units. Rebase moves the limit to limit, clamped to the controller's
+// bounds, keeping what it has learned of the backend (the no-load RTT, the
+// knee) and where its growth stands (start-up, congestion avoidance): a
+// move by the owner is not a congestion signal. While a recalibration pins
+// the limit, it moves only the level the recalibration restores.
+// Rebase returns the limit now in force. Level is the limit the
+// controller estimates: the limit, or while a recalibration pins it, the
+// level the recalibration will restore (a node reports Level to its
+// fleet: a pin is a measurement, not an estimate of the backend). Like
+// Observe, both are called by the Gate that owns the controller, never
+// concurrently.
+type Rebaser interface {
+	Rebase(limit int) int
+	Level() int
+}
+
+// shift moves the pacing's levels by d, for a limit its owner moved by d
+// (Rebaser): the threshold and the loss curve stand where they stood
+// relative to the limit. Left where they were, a limit raised past a
+// loss's plateau could not grow for seconds, and one lowered under the
+// threshold would double back up at once.
+func (p *pacing) shift(d int) {
+	if p.threshold > 0 {
+		p.threshold = max(1, p.threshold+d)
+	}
+	if p.lossMax > 0 {
+		p.lossMax = max(1, p.lossMax+float64(d))
+	}
 }

@@ -210,6 +210,39 @@ func (g *Gate) TryAcquireShare(now time.Time, ceiling, fleet int) (Lease, bool) 
 	return l, true
 }
 
+// Rebase moves the limit to limit at now through the controller, if it is
+// a Rebaser (see Rebaser), and returns the limit then in force and whether
+// the controller could be moved. Requests in flight are not revoked, as
+// after any decrease; a raise admits waiting requests at once.
+func (g *Gate) Rebase(now time.Time, limit int) (int, bool) {
+	r, ok := g.ctrl.(Rebaser)
+	if !ok {
+		return g.Limit(), false
+	}
+	g.mu.Lock()
+	old := g.limit
+	g.setLimitLocked(r.Rebase(limit))
+	if g.overdue != nil {
+		g.after = g.overdue.OverdueAfter()
+	}
+	g.admitWaitersLocked(now)
+	in := g.limit
+	g.unlock(old)
+	return in, true
+}
+
+// Level is the controller's estimate of the limit: Rebaser's Level, or the
+// limit for a controller that is not a Rebaser.
+func (g *Gate) Level() int {
+	r, ok := g.ctrl.(Rebaser)
+	if !ok {
+		return g.Limit()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return r.Level()
+}
+
 // Inflight returns the number of admitted, unreleased requests, exact at one
 // instant (it takes the gate's lock, and copies nothing, unlike Snapshot).
 func (g *Gate) Inflight() int {
@@ -413,6 +446,12 @@ func (g *Gate) freeLocked(s *slot, now time.Time) {
 		}
 	}
 	s.next, g.free = g.free, s
+	g.admitWaitersLocked(now)
+}
+
+// admitWaitersLocked admits waiters, in queue order, into the room under
+// the limit at now.
+func (g *Gate) admitWaitersLocked(now time.Time) {
 	g.expireOldestLocked(now)
 	for g.inflight < g.limit && g.queue.len > 0 {
 		w := g.queue.head

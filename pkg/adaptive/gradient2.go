@@ -237,3 +237,18 @@ func (g *Gradient2) Observe(now time.Time, s Sample) int {
 // gradientFloor is the smallest gradient: the most one sample can pull the
 // estimate's target down, to gradientFloor·estimate + √estimate.
 const gradientFloor = 0.25
+
+// Rebase moves the limit and the estimate to limit (see Rebaser).
+func (g *Gradient2) Rebase(limit int) int {
+	to := g.b.clamp(limit)
+	if g.recal.rebase(float64(to)) {
+		return g.limit
+	}
+	g.pace.shift(to - g.limit)
+	g.estimate, g.limit = float64(to), to
+	g.setAfter()
+	return g.limit
+}
+
+// Level is the limit it estimates (see Rebaser).
+func (g *Gradient2) Level() int { return g.recal.level(g.limit) }

@@ -388,3 +388,18 @@ func (p *P95) decrease(now time.Time) {
 	p.decreased = now
 	p.good = 0
 }
+
+// Rebase moves the limit to limit (see Rebaser). The last limit found
+// below the band is kept only if it is below the new one.
+func (p *P95) Rebase(limit int) int {
+	to := p.b.clamp(limit)
+	if p.good >= to {
+		p.good = 0
+	}
+	p.pace.shift(to - p.limit)
+	p.limit = to
+	return p.limit
+}
+
+// Level is the limit: p95 does not recalibrate (see Rebaser).
+func (p *P95) Level() int { return p.limit }

@@ -195,3 +195,21 @@ func (r *recalibrator) schedule(now time.Time) {
 	}
 	r.next = now.Add(d)
 }
+
+// rebase moves the level a recalibration under way restores to level, and
+// reports whether one is under way (the limit then stays pinned).
+func (r *recalibrator) rebase(level float64) bool {
+	if r.active {
+		r.saved = level
+	}
+	return r.active
+}
+
+// level is the controller's level, limit unless a recalibration under way
+// pins it: then the level it will restore.
+func (r *recalibrator) level(limit int) int {
+	if r.active {
+		return r.b.clamp(int(r.saved))
+	}
+	return limit
+}

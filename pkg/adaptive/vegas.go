@@ -229,3 +229,18 @@ func vegasBand(l float64) (alpha, beta float64) {
 	lg := math.Log10(l)
 	return max(1, 3*lg, l/5), max(1, 6*lg, l*3/10)
 }
+
+// Rebase moves the limit to limit (see Rebaser).
+func (v *Vegas) Rebase(limit int) int {
+	to := v.b.clamp(limit)
+	if v.recal.rebase(float64(to)) {
+		return v.limit
+	}
+	v.pace.shift(to - v.limit)
+	v.limit = to
+	v.setAfter()
+	return v.limit
+}
+
+// Level is the limit it estimates (see Rebaser).
+func (v *Vegas) Level() int { return v.recal.level(v.limit) }

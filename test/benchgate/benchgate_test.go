@@ -1,6 +1,7 @@
 package benchgate
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -19,10 +20,12 @@ import (
 )
 
 var (
-	benchGate = flag.Bool("bench-gate", false, "run the live gate benchmark (make bench-gate); skipped otherwise")
-	tableOut  = flag.String("bench-gate-out", "", "file the table is written to as well")
-	binFlag   = flag.String("bench-gate-bin", "", "a throttlekit binary to measure instead of this tree's (another commit's, say)")
-	aggFlag   = flag.String("bench-gate-aggregate", "", "the coordinated fleet's aggregate (min, median, mean); empty: the default")
+	benchGate  = flag.Bool("bench-gate", false, "run the live gate benchmark (make bench-gate); skipped otherwise")
+	tableOut   = flag.String("bench-gate-out", "", "file the table is written to as well")
+	binFlag    = flag.String("bench-gate-bin", "", "a throttlekit binary to measure instead of this tree's (another commit's, say)")
+	traceFlag  = flag.Bool("bench-gate-trace", false, "log every sidecar's L_local, share and L_global every 100 ms of a fleet's measured phase")
+	roundsFlag = flag.Int("bench-gate-rounds", 3, "how many times every row runs, interleaved; the table shows each row's median round")
+	aggFlag    = flag.String("bench-gate-aggregate", "", "the coordinated fleet's aggregate (min, median, mean); empty: the default")
 )
 
 // The benchmark's shape: a backend whose latency doubles past knee in
@@ -40,6 +43,9 @@ const (
 	heartbeat = 200 * time.Millisecond
 	// fleet is how many coordinated sidecars share the backend.
 	fleet = 4
+	// globalEvery is how often a fleet's L_global is read (one sidecar's
+	// /metrics).
+	globalEvery = 100 * time.Millisecond
 )
 
 // setup is one row: a gate (empty: none) on one sidecar or a fleet.
@@ -52,10 +58,19 @@ type setup struct {
 // result is what a row measured.
 type result struct {
 	setup
+	// spread is the lowest and highest goodput of the row's rounds, and
+	// ratios, for a fleet, its goodput over one sidecar's in each round;
+	// set by medianRows.
+	spread   [2]float64
+	ratios   []float64
 	goodput  float64 // served a second, as a fraction of the backend's ideal
 	p99      time.Duration
 	inflight float64 // the backend's mean in flight
 	refused  float64 // refused a second
+	// global is the fleet's ceiling L_global as one sidecar's /metrics
+	// showed it every globalEvery of the measured phase; nil for one
+	// sidecar.
+	global []int
 }
 
 // TestBenchGate runs every setup and prints the table. It is a benchmark,
@@ -64,6 +79,9 @@ type result struct {
 func TestBenchGate(t *testing.T) {
 	if !*benchGate {
 		t.Skip("a benchmark: make bench-gate (go test -run TestBenchGate ./test/benchgate -args -bench-gate)")
+	}
+	if *roundsFlag < 1 {
+		t.Fatalf("-bench-gate-rounds %d: at least one round", *roundsFlag)
 	}
 	bin := *binFlag
 	if bin == "" {
@@ -76,7 +94,8 @@ func TestBenchGate(t *testing.T) {
 		}
 	}
 	static := fmt.Sprintf("controller: aimd\n    min_limit: %d\n    max_limit: %d\n    initial_limit: %d", knee, knee, knee)
-	setups := []setup{{name: "no gate", sidecars: 1}, {name: fmt.Sprintf("static %d", knee), sidecars: 1, gate: static}}
+	setups := []setup{{name: "no gate", sidecars: 1}, {name: fmt.Sprintf("static %d", knee), sidecars: 1, gate: static},
+		{name: fmt.Sprintf("static %d", knee), sidecars: fleet, gate: static}}
 	for _, c := range []string{"gradient2", "aimd", "vegas", "p95"} {
 		line := "controller: " + c
 		if c == "p95" { // its one required parameter: the latency to hold
@@ -84,15 +103,25 @@ func TestBenchGate(t *testing.T) {
 		}
 		setups = append(setups, setup{name: c, sidecars: 1, gate: line}, setup{name: c, sidecars: fleet, gate: line})
 	}
-	var rows []result
-	for _, s := range setups {
-		t.Run(fmt.Sprintf("%s/%d", strings.ReplaceAll(s.name, " ", "-"), s.sidecars), func(t *testing.T) {
-			r := runSetup(t, bin, s)
-			t.Logf("%s × %d: goodput %.2f of ideal, p99 %v, backend in flight %.1f, refused %.0f/s",
-				s.name, s.sidecars, r.goodput, r.p99, r.inflight, r.refused)
-			rows = append(rows, r)
-		})
+	// rounds[i][k] is setup k's result in round i: every round runs every
+	// setup in turn, so a slow minute of the machine falls on every row
+	// alike, not on one controller's.
+	var rounds [][]result
+	for i := range *roundsFlag {
+		var round []result
+		for _, s := range setups {
+			t.Run(fmt.Sprintf("round-%d/%s/%d", i+1, strings.ReplaceAll(s.name, " ", "-"), s.sidecars), func(t *testing.T) {
+				r := runSetup(t, bin, s)
+				t.Logf("%s × %d: goodput %.2f of ideal, p99 %v, backend in flight %.1f, refused %.0f/s, L_global %s",
+					s.name, s.sidecars, r.goodput, r.p99, r.inflight, r.refused, globalSummary(r.global))
+				round = append(round, r)
+			})
+		}
+		if len(round) > 0 {
+			rounds = append(rounds, round)
+		}
 	}
+	rows := medianRows(rounds)
 	table := formatTable(rows)
 	fmt.Print(table)
 	if *tableOut != "" {
@@ -184,6 +213,34 @@ func runSetup(t *testing.T, bin string, s setup) result {
 			}
 		}()
 	}
+	var global []int // L_global over the measured phase, for a fleet
+	if s.sidecars > 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(globalEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				if g, ok := scs[0].fleetGlobal(); ok && measuring.Load() {
+					mu.Lock()
+					global = append(global, g)
+					mu.Unlock()
+				}
+				if *traceFlag && measuring.Load() {
+					var line []string
+					for _, sc := range scs {
+						line = append(line, sc.gateState())
+					}
+					t.Logf("%d in backend | %s", b.inflight.Load(), strings.Join(line, " | "))
+				}
+			}
+		}()
+	}
 	sampler := time.NewTicker(10 * time.Millisecond)
 	defer sampler.Stop()
 	phase := time.NewTimer(warm)
@@ -213,12 +270,53 @@ loop:
 		t.Errorf("%d requests failed; the last: %v", n, lastErr.Load())
 	}
 	slices.Sort(lat)
-	r := result{setup: s, inflight: b.meanInflight(), refused: float64(nRefus.Load()) / took,
+	r := result{setup: s, inflight: b.meanInflight(), refused: float64(nRefus.Load()) / took, global: global,
 		goodput: float64(nServed.Load()) / took / b.ideal()}
 	if len(lat) > 0 {
 		r.p99 = lat[(len(lat)*99)/100]
 	}
 	return r
+}
+
+// medianRows is each setup's median round by goodput (the lower middle
+// one of an even count), with the spread of its rounds and, for a fleet,
+// its goodput over the one-sidecar row's of the same name in each round.
+// A setup missing from a round (its subtest was filtered out or failed)
+// drops the rounds after that one for it.
+func medianRows(rounds [][]result) []result {
+	if len(rounds) == 0 {
+		return nil
+	}
+	var rows []result
+	for k := range rounds[0] {
+		var rs []result
+		for _, round := range rounds {
+			if k < len(round) && round[k].setup == rounds[0][k].setup {
+				rs = append(rs, round[k])
+			}
+		}
+		slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.goodput, b.goodput) })
+		m := rs[(len(rs)-1)/2]
+		m.spread = [2]float64{rs[0].goodput, rs[len(rs)-1].goodput}
+		if m.sidecars > 1 {
+			for _, round := range rounds {
+				var one, four float64
+				for _, r := range round {
+					switch {
+					case r.name == m.name && r.sidecars == 1:
+						one = r.goodput
+					case r.setup == m.setup:
+						four = r.goodput
+					}
+				}
+				if one > 0 && four > 0 {
+					m.ratios = append(m.ratios, four/one)
+				}
+			}
+		}
+		rows = append(rows, m)
+	}
+	return rows
 }
 
 // formatTable is the markdown table of rows, and the Done-when bars of
@@ -227,9 +325,11 @@ func formatTable(rows []result) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "backend: latency %v up to %d in flight, doubling past it (ideal goodput %.0f/s); %d closed-loop clients, a refused one retries after %v; %v measured after %v\n\n",
 		base, knee, float64(knee)/base.Seconds(), clients, retry, measure, warm)
-	sb.WriteString("| gate | sidecars | goodput (of ideal) | p99 | backend in flight (mean) | refused/s |\n|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&sb, "Each row is its median round of %d by goodput (every round runs every row in turn); the goodput's range over the rounds beside it.\n\n", *roundsFlag)
+	sb.WriteString("| gate | sidecars | goodput (of ideal) | rounds' range | p99 | backend in flight (mean) | refused/s | L_global mean (range, falls) |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&sb, "| %s | %d | %.2f | %v | %.1f | %.0f |\n", r.name, r.sidecars, r.goodput, r.p99.Round(time.Millisecond), r.inflight, r.refused)
+		fmt.Fprintf(&sb, "| %s | %d | %.2f | %.2f–%.2f | %v | %.1f | %.0f | %s |\n", r.name, r.sidecars, r.goodput, r.spread[0], r.spread[1],
+			r.p99.Round(time.Millisecond), r.inflight, r.refused, globalSummary(r.global))
 	}
 	sb.WriteString("\n")
 	one := map[string]result{}
@@ -243,11 +343,32 @@ func formatTable(rows []result) string {
 		if r.sidecars == 1 || !ok || o.goodput == 0 || o.inflight == 0 {
 			continue
 		}
-		fmt.Fprintf(&sb, "- %s: one sidecar %.2f of ideal (bar ≥ 0.80: %s); %d coordinated %.2f× its goodput (bar ≥ 0.9: %s), backend in flight %.2f× (bar ≤ 1.25: %s)\n",
+		per := make([]string, len(r.ratios))
+		for i, x := range r.ratios {
+			per[i] = fmt.Sprintf("%.2f", x)
+		}
+		fmt.Fprintf(&sb, "- %s: one sidecar %.2f of ideal (bar ≥ 0.80: %s); %d coordinated %.2f× its goodput (bar ≥ 0.9: %s; round by round %s), backend in flight %.2f× (bar ≤ 1.25: %s)\n",
 			r.name, o.goodput, verdict(o.goodput >= 0.8), r.sidecars, r.goodput/o.goodput, verdict(r.goodput >= 0.9*o.goodput),
-			r.inflight/o.inflight, verdict(r.inflight <= 1.25*o.inflight))
+			strings.Join(per, ", "), r.inflight/o.inflight, verdict(r.inflight <= 1.25*o.inflight))
 	}
 	return sb.String()
+}
+
+// globalSummary is L_global's mean, range and falls over the samples, or
+// "—" for none.
+func globalSummary(g []int) string {
+	if len(g) == 0 {
+		return "—"
+	}
+	sum, lo, hi, falls := 0, g[0], g[0], 0
+	for i, v := range g {
+		sum += v
+		lo, hi = min(lo, v), max(hi, v)
+		if i > 0 && v < g[i-1] {
+			falls++
+		}
+	}
+	return fmt.Sprintf("%.1f (%d–%d, %d falls)", float64(sum)/float64(len(g)), lo, hi, falls)
 }
 
 func verdict(ok bool) string {

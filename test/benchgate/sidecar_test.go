@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -136,11 +137,33 @@ func (s *sidecar) gateState() string {
 	body, _ := io.ReadAll(r.Body)
 	var out []string
 	for _, line := range strings.Split(string(body), "\n") {
-		for _, m := range []string{"throttlekit_gate_limit{", "throttlekit_gate_fleet_share{", "throttlekit_gate_fleet_global_limit{", "throttlekit_gate_fleet_local_limit{"} {
-			if strings.HasPrefix(line, m) {
-				out = append(out, line)
+		for _, m := range []string{"throttlekit_gate_limit{", "throttlekit_gate_fleet_share{", "throttlekit_gate_fleet_global_limit{", "throttlekit_gate_fleet_local_limit{", "throttlekit_gate_inflight{"} {
+			if v, ok := strings.CutPrefix(line, m); ok {
+				if _, n, ok := strings.Cut(v, "} "); ok {
+					out = append(out, strings.TrimSuffix(strings.TrimPrefix(m, "throttlekit_gate_"), "{")+"="+n)
+				}
 			}
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// fleetGlobal is the sidecar's gate's L_global as its /metrics shows it now.
+func (s *sidecar) fleetGlobal() (int, bool) {
+	r, err := http.Get("http://" + s.http + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer r.Body.Close()
+	sc := bufio.NewScanner(r.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "throttlekit_gate_fleet_global_limit{"); ok {
+			if _, n, ok := strings.Cut(v, "} "); ok {
+				f, err := strconv.ParseFloat(n, 64)
+				return int(f), err == nil
+			}
+		}
+	}
+	return 0, false
 }

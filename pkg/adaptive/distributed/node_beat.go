@@ -37,7 +37,10 @@ func (n *Node) Beat(ctx context.Context, now time.Time) (Grant, error) {
 	}
 	n.seq++
 	n.priors = slices.DeleteFunc(n.priors, func(g *adaptive.Gate) bool { return g.Inflight() == 0 })
-	inflight, local := n.inflightLocked(), n.gate.Limit()
+	// L_local is the controller's estimate: a recalibration's pin is a
+	// measurement of this node's, not the backend's limit, and reported it
+	// pulled L_global down by a quarter of it (the mean) or to it (min).
+	inflight, local := n.inflightLocked(), n.gate.Level()
 	rep := Report{Node: n.id, Instance: n.instance, Seq: n.seq, Local: local, Inflight: inflight,
 		AppliedGen: n.appliedGen, Demand: min(local, inflight+n.refusedSince)}
 	n.refusedSince = 0
@@ -81,6 +84,7 @@ func (n *Node) applyLocked(g Grant, sent time.Time) {
 	n.appliedGen, n.share = g.Gen, max(0, g.Share)
 	if g.Status == Granted { // a Stale answer carries no Global
 		n.global, n.live = g.Global, g.Live
+		n.leashLocked()
 	}
 	us := min(max(g.ExpiresAt-g.Now, 0), n.fleet.LeaseTTL.Microseconds())
 	n.leaseEnd = sent.Add(time.Duration(us) * time.Microsecond)
@@ -96,6 +100,32 @@ func (n *Node) applyLocked(g Grant, sent time.Time) {
 		}
 		// Over a changed share, in flight can only be draining to it.
 		n.drainArmed.Store(n.inflightLocked() > n.share)
+	}
+}
+
+// leashLocked keeps the controller's estimate of L_local within a quarter
+// of L_global either side, moving it to the band's edge when it is outside
+// (adaptive.Rebaser; a controller that is not one is left alone).
+//
+// Under a share, a node's samples count its in flight as a fraction of
+// its share scaled to its own limit, and its controller grows and cuts in
+// those units, so each node's L_local drifts in units of its own: four
+// coordinated gradient2 sidecars in make bench-gate were seen at L_local
+// 14, 18, 33 and 73 under an L_global of 34, and four aimd ones held 33 in
+// flight under an L_global of 48 (a node whose L_local is below its share
+// admits under its L_local). A node high above L_global finds its knee in
+// its own units, above the backend's. Within the band every node counts
+// in the fleet's units, near enough, and what a node learned since its
+// last report still counts in its next (a full rebase to L_global would
+// drop it, and with L_global the mean rounded down, a fleet growing one
+// step a heartbeat would not grow at all).
+func (n *Node) leashLocked() {
+	if n.global <= 0 {
+		return
+	}
+	band := max(1, n.global/4)
+	if level := n.gate.Level(); level < n.global-band || level > n.global+band {
+		n.gate.Rebase(n.clk.Now(), min(max(level, n.global-band), n.global+band))
 	}
 }
 

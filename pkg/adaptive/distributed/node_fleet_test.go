@@ -170,3 +170,95 @@ func TestFleetLimitGrowsWhenSharesAreFull(t *testing.T) {
 		t.Fatalf("L_global %d after 40 full rounds, want it grown well past the initial 8", global)
 	}
 }
+
+// A node keeps its L_local within a quarter of L_global either side: a
+// node's controller counts its in flight in units of its own limit (scaled
+// from its share), and without the band the nodes' limits drift apart
+// (make bench-gate: 14, 18, 33 and 73 under an L_global of 34), a node
+// below its share admits under its own L_local, and one far above finds
+// its knee in units of its own. Inside the band a node's limit is its own.
+func TestNodeKeepsLocalNearTheFleet(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		a, b       int // the two nodes' initial limits
+		wantA      int // a's limit after a's beat: L_global is ⌊(a+b)/2⌋
+		wantGlobal int
+	}{
+		{"far above: to the band's top", 64, 8, 45, 36},
+		{"far below: to the band's bottom", 8, 64, 27, 36},
+		{"inside the band: its own", 40, 32, 40, 36},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			coord := distributed.NewMemory()
+			mk := func(id string, initial int) (*adaptive.Gate, *distributed.Node) {
+				ctl, err := adaptive.NewAIMD(adaptive.AIMDConfig{InitialLimit: initial, MaxLimit: 100})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := newTestGate(t, ctl)
+				return g, newTestNode(t, g, distributed.NodeConfig{Node: id, Coordinator: coord, Fleet: distributed.Config{Aggregate: distributed.Mean}})
+			}
+			ga, a := mk("a", tc.a)
+			_, b := mk("b", tc.b)
+			if _, err := b.Beat(context.Background(), nodeT0); err != nil {
+				t.Fatal(err)
+			}
+			g, err := a.Beat(context.Background(), nodeT0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Global != tc.wantGlobal {
+				t.Fatalf("L_global %d, want %d", g.Global, tc.wantGlobal)
+			}
+			if l := ga.Limit(); l != tc.wantA {
+				t.Fatalf("a's limit %d after its beat under L_global %d, want %d", l, g.Global, tc.wantA)
+			}
+		})
+	}
+}
+
+// A node reports its controller's estimate, not a recalibration's pin: the
+// pin (a quarter of the limit, every 15 s by default) re-measures the
+// no-load RTT and says nothing of the backend's limit. Reported, it took
+// a quarter of a node's estimate off L_global under mean for as long as
+// the pin lasted, and with sidecars started together they pinned
+// together. The pin still caps what the node admits.
+func TestNodeReportsTheLevelNotThePin(t *testing.T) {
+	coord := distributed.NewMemory()
+	ctl, err := adaptive.NewAIMD(adaptive.AIMDConfig{InitialLimit: 40, MaxLimit: 100,
+		Recalibration: adaptive.Recalibration{Interval: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGate(t, ctl)
+	n := newTestNode(t, g, distributed.NodeConfig{Node: "a", Coordinator: coord, Fleet: distributed.Config{Aggregate: distributed.Mean}})
+	if _, err := n.Beat(context.Background(), nodeT0); err != nil {
+		t.Fatal(err)
+	}
+	// The first answer schedules the recalibration a second on; the first
+	// answer after that pins the limit.
+	for _, at := range []time.Duration{time.Millisecond, 2 * time.Second} {
+		if _, err := n.Beat(context.Background(), nodeT0.Add(at)); err != nil { // a live grant
+			t.Fatal(err)
+		}
+		l, ok := n.TryAcquire(nodeT0.Add(at))
+		if !ok {
+			t.Fatalf("refused at %v", at)
+		}
+		l.Release(nodeT0.Add(at+time.Millisecond), adaptive.OK)
+	}
+	pin := g.Limit() // a quarter of what was in flight, 1, at least MinLimit
+	if pin >= 40 {
+		t.Fatalf("limit %d after the recalibration began, want it pinned below 40", pin)
+	}
+	gr, err := n.Beat(context.Background(), nodeT0.Add(2*time.Second+2*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gr.Global != 40 {
+		t.Fatalf("L_global %d with the only node pinned for a recalibration, want its level, 40", gr.Global)
+	}
+	if st := n.Stats(nodeT0.Add(2*time.Second + 3*time.Millisecond)); st.Ceiling != pin {
+		t.Fatalf("the node's ceiling %d while pinned, want the pin, %d", st.Ceiling, pin)
+	}
+}
