@@ -87,8 +87,9 @@ type Sample struct {
 	// flight as a fraction of its share, applied to the fleet's ceiling
 	// L_global (Gate.TryAcquireShare); 0 when not a node's, or its share is
 	// not below its limit. For a growth check that a node above L_global
-	// should not pass on a load the backend never carried. No controller
-	// reads it yet: judging the growth check by it cost a live fleet of
+	// should not pass on a load the backend never carried. Start-up's
+	// bound reads it (the most in flight ever answered: see pacing); the
+	// growth check does not: judging it by Load cost a live fleet of
 	// gradient2 half its goodput (docs/fleet-gates.md).
 	Load    int
 	Outcome Outcome
@@ -331,7 +332,16 @@ func answersPerRound(s Sample, limit float64) float64 {
 // startProve records s, an OK sample in start-up, and returns the most
 // in flight an OK sample has been admitted with.
 func (p *pacing) startProve(s Sample) int {
-	p.proven = max(p.proven, s.Inflight)
+	in := s.Inflight
+	if s.Load > 0 {
+		// A distributed node's Inflight is scaled to its own limit: at a
+		// full share it says the limit was in flight, whatever the backend
+		// carried, and start-up doubled on it every round trip with no
+		// bound (four vegas sidecars rose to an L_global of 96 on a knee
+		// of 40 before the first cut). Load is what the backend carried.
+		in = min(in, s.Load)
+	}
+	p.proven = max(p.proven, in)
 	return p.proven
 }
 

@@ -46,3 +46,33 @@ func TestCongestionAvoidanceUnderAShare(t *testing.T) {
 		})
 	}
 }
+
+// Start-up never rises more than a round trip's rise past the most in
+// flight ever answered. A distributed node's Inflight is scaled to its own
+// limit — at a full share it reads as the limit, whatever the backend
+// carried — so the bound must be the backend's load (Sample.Load): a node
+// at 40 whose full share of 10 says the fleet carried 10 has proven 10,
+// and does not grow; without Load it rises to 71 in one round trip.
+func TestStartUpUnderAShareIsBoundByTheBackendsLoad(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	for _, tc := range []struct {
+		name string
+		load int
+		want int // the limit after a round trip (10 answers) at 40
+	}{
+		{"the fleet carried 10", 10, 40},
+		{"not a node's: the scaled in flight, doubling", 0, 71},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pacing{initial: 10}
+			s := Sample{Start: now, RTT: 50 * time.Millisecond, Inflight: 40, Limit: 40, Ceiling: 10, Load: tc.load, Outcome: OK}
+			l := 40
+			for range 10 {
+				l = p.grow(now, s, l, 1)
+			}
+			if l != tc.want {
+				t.Fatalf("start-up at 40 after a round trip: %d, want %d", l, tc.want)
+			}
+		})
+	}
+}

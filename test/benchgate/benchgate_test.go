@@ -23,7 +23,7 @@ var (
 	benchGate  = flag.Bool("bench-gate", false, "run the live gate benchmark (make bench-gate); skipped otherwise")
 	tableOut   = flag.String("bench-gate-out", "", "file the table is written to as well")
 	binFlag    = flag.String("bench-gate-bin", "", "a throttlekit binary to measure instead of this tree's (another commit's, say)")
-	traceFlag  = flag.Bool("bench-gate-trace", false, "log every sidecar's L_local, share and L_global every 100 ms of a fleet's measured phase")
+	traceFlag  = flag.Bool("bench-gate-trace", false, "log every sidecar's L_local, share and L_global every 100 ms of a fleet's run, warm-up included")
 	roundsFlag = flag.Int("bench-gate-rounds", 3, "how many times every row runs, interleaved; the table shows each row's median round")
 	aggFlag    = flag.String("bench-gate-aggregate", "", "the coordinated fleet's aggregate (min, median, mean); empty: the default")
 )
@@ -231,12 +231,16 @@ func runSetup(t *testing.T, bin string, s setup) result {
 					global = append(global, g)
 					mu.Unlock()
 				}
-				if *traceFlag && measuring.Load() {
+				if *traceFlag {
 					var line []string
 					for _, sc := range scs {
 						line = append(line, sc.gateState())
 					}
-					t.Logf("%d in backend | %s", b.inflight.Load(), strings.Join(line, " | "))
+					phase := "warm"
+					if measuring.Load() {
+						phase = "measured"
+					}
+					t.Logf("%s: %d in backend | %s", phase, b.inflight.Load(), strings.Join(line, " | "))
 				}
 			}
 		}()
