@@ -23,7 +23,7 @@ var (
 	benchGate  = flag.Bool("bench-gate", false, "run the live gate benchmark (make bench-gate); skipped otherwise")
 	tableOut   = flag.String("bench-gate-out", "", "file the table is written to as well")
 	binFlag    = flag.String("bench-gate-bin", "", "a throttlekit binary to measure instead of this tree's (another commit's, say)")
-	traceFlag  = flag.Bool("bench-gate-trace", false, "log every sidecar's L_local, share and L_global every 100 ms of a fleet's run, warm-up included")
+	traceFlag  = flag.Bool("bench-gate-trace", false, "log every sidecar's limit (and a fleet's L_local, share and L_global) every 100 ms of the run, warm-up included")
 	roundsFlag = flag.Int("bench-gate-rounds", 3, "how many times every row runs, interleaved; the table shows each row's median round")
 	aggFlag    = flag.String("bench-gate-aggregate", "", "the coordinated fleet's aggregate (min, median, mean); empty: the default")
 )
@@ -214,7 +214,7 @@ func runSetup(t *testing.T, bin string, s setup) result {
 		}()
 	}
 	var global []int // L_global over the measured phase, for a fleet
-	if s.sidecars > 1 {
+	if s.sidecars > 1 || *traceFlag && s.gate != "" {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -226,7 +226,7 @@ func runSetup(t *testing.T, bin string, s setup) result {
 					return
 				case <-tick.C:
 				}
-				if g, ok := scs[0].fleetGlobal(); ok && measuring.Load() {
+				if g, ok := scs[0].fleetGlobal(); ok && measuring.Load() && s.sidecars > 1 {
 					mu.Lock()
 					global = append(global, g)
 					mu.Unlock()
