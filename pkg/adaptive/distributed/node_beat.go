@@ -39,7 +39,8 @@ func (n *Node) Beat(ctx context.Context, now time.Time) (Grant, error) {
 	n.priors = slices.DeleteFunc(n.priors, func(g *adaptive.Gate) bool { return g.Inflight() == 0 })
 	// L_local is the controller's estimate: a recalibration's pin is a
 	// measurement of this node's, not the backend's limit, and reported it
-	// pulled L_global down by a quarter of it (the mean) or to it (min).
+	// took three quarters of the node's part off L_global (mean), or set
+	// L_global to it (min).
 	inflight, local := n.inflightLocked(), n.gate.Level()
 	rep := Report{Node: n.id, Instance: n.instance, Seq: n.seq, Local: local, Inflight: inflight,
 		AppliedGen: n.appliedGen, Demand: min(local, inflight+n.refusedSince)}

@@ -220,8 +220,8 @@ func TestNodeKeepsLocalNearTheFleet(t *testing.T) {
 // A node reports its controller's estimate, not a recalibration's pin: the
 // pin (a quarter of the limit, every 15 s by default) re-measures the
 // no-load RTT and says nothing of the backend's limit. Reported, it took
-// a quarter of a node's estimate off L_global under mean for as long as
-// the pin lasted, and with sidecars started together they pinned
+// three quarters of the node's part off L_global under mean for as long
+// as the pin lasted, and with sidecars started together they pinned
 // together. The pin still caps what the node admits.
 func TestNodeReportsTheLevelNotThePin(t *testing.T) {
 	coord := distributed.NewMemory()
