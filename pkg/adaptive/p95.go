@@ -141,8 +141,12 @@ type P95 struct {
 	// answered (as recovery does for losses). Without it one overshoot,
 	// still in a 500 ms window at a 100 ms tick, cut 16 → 12 → 9 → 7 → 6.
 	decreased time.Time
-	// good is the highest limit an evaluation found below the band since
-	// the last decrease (0: none): a decrease for latency leaves the limit
+	// raised is when the limit was last raised: good counts a limit only
+	// if the answers admitted since are below the band.
+	raised time.Time
+	// good is the highest limit an evaluation found below the band, on
+	// answers admitted under it, since the last decrease below it (0:
+	// none): a decrease for latency leaves the limit
 	// there, not ×DecreaseFactor, when that is less deep, and the limit
 	// then regrows past it along pacing's loss curve (CUBIC's plateau),
 	// as the other controllers do past a knee (see knee).
@@ -307,16 +311,27 @@ func (p *P95) evaluate(now time.Time) {
 	target := float64(p.c.Target)
 	// A decrease is judged on the samples admitted since the last one: the
 	// ones before it were sent into the latency it answered.
-	signal, ok := p.signal(true)
-	if ok && float64(signal) > target && p.good > 0 && p.limit > p.good && p.limit-p.good <= p.c.IncreaseStep {
+	signal, ok := p.signal(p.decreased)
+	crossed := p.good > 0 && (p.limit > p.good && p.limit-p.good <= p.c.IncreaseStep ||
+		p.limit == p.good && float64(signal) <= target*(1+p.c.Tolerance))
+	if ok && float64(signal) > target && crossed {
 		// The last step took the signal from below the band to above the
 		// target: it crossed a knee. Back to the limit below it, at once,
 		// and past it again along pacing's loss curve (probing carefully):
 		// held inside the band, make bench-gate's backend, whose latency
 		// doubles one request past 40 in flight (102.5 ms, target 100 ms),
 		// ran 2–3 s of every 7 at 41 and half its throughput.
+		// At the good limit itself and inside the band, the good was
+		// judged on answers the limit had not yet loaded (the first ones
+		// after a rise), and the limit would hold there: a step back below
+		// it (make bench-gate: one p95 sidecar held 41 at 102.5 ms, half
+		// the backend's throughput, after a slow start that overshot to
+		// 73 came back to a good 41). Above the band it is a decrease.
 		from := p.limit
 		p.limit = p.good
+		if p.limit == from {
+			p.limit = p.b.clamp(from - p.c.IncreaseStep)
+		}
 		p.decreased, p.good = now, 0
 		p.pace.loss(now, float64(from), p.limit)
 		return
@@ -327,38 +342,51 @@ func (p *P95) evaluate(now time.Time) {
 		p.decrease(now)
 		if good > 0 && good < from {
 			// Back to the last limit found below the band, then past it
-			// along pacing's loss curve (see P95.good).
+			// along pacing's loss curve (see P95.good). It stays the
+			// limit to come back to: the decrease was above it. Cleared,
+			// a second decrease (an overshoot two steps past the knee, as
+			// a fleet's slow start makes: 64 → 46 → 32 for a knee of 40)
+			// fell ×0.7 below the knee and came back a step a tick.
 			p.limit = p.b.clamp(max(p.limit, good))
+			p.good = good
 			p.pace.loss(now, float64(from), p.limit)
 		}
 		return
 	}
-	if signal, ok := p.signal(false); ok && float64(signal) < target*(1-p.c.Tolerance) && utilized(Sample{Inflight: p.peak}, p.limit, p.c.MinUtilization, false) {
-		p.good = max(p.good, p.limit)
+	if signal, ok := p.signal(time.Time{}); ok && float64(signal) < target*(1-p.c.Tolerance) && utilized(Sample{Inflight: p.peak}, p.limit, p.c.MinUtilization, false) {
+		// The limit is not good if the answers admitted under it, when
+		// there are enough, are not below the band: the window's older
+		// answers, admitted under a lower limit in slow start, may be all
+		// that is fast (see good).
+		if at, ok := p.signal(p.raised); !ok || float64(at) < target*(1-p.c.Tolerance) {
+			p.good = max(p.good, p.limit)
+		}
+		l := p.limit
 		if !p.cut { // slow start: the rise doubles per round trip (see pacing)
-			l := p.limit
 			p.limit = p.b.clamp(l + min(l, p.c.IncreaseStep*max(1, l-p.b.initial+1)))
-			return
+		} else {
+			c := math.MaxInt
+			if p.pace.lossMax > 0 {
+				c = max(p.limit, int(min(p.pace.ceiling(now), math.MaxInt32)))
+			}
+			p.limit = p.b.clamp(min(p.limit+p.c.IncreaseStep, c))
 		}
-		c := math.MaxInt
-		if p.pace.lossMax > 0 {
-			c = max(p.limit, int(min(p.pace.ceiling(now), math.MaxInt32)))
+		if p.limit > l {
+			p.raised = now
 		}
-		p.limit = p.b.clamp(min(p.limit+p.c.IncreaseStep, c))
 	}
 }
 
-// signal returns the latency statistic of the window's answers (only
-// those admitted since the last decrease, if sinceDecrease); ok is false
-// with fewer than MinSamples of them.
-func (p *P95) signal(sinceDecrease bool) (time.Duration, bool) {
+// signal returns the latency statistic of the window's answers admitted
+// at or after since; ok is false with fewer than MinSamples of them.
+func (p *P95) signal(since time.Time) (time.Duration, bool) {
 	lat := p.scratch[:0]
 	for k := range p.size {
 		i := (p.head + k) % len(p.at)
 		// An error's RTT is not the backend's latency, an overdue request's
 		// own sample comes later, and a timeout is a loss (Observe), its
 		// RTT only when someone gave up.
-		if o := p.outcome[i]; o != Error && o != Overdue && o != Timeout && (!sinceDecrease || !p.start[i].Before(p.decreased)) {
+		if o := p.outcome[i]; o != Error && o != Overdue && o != Timeout && !p.start[i].Before(since) {
 			lat = append(lat, p.rtt[i])
 		}
 	}
@@ -389,12 +417,12 @@ func (p *P95) decrease(now time.Time) {
 	p.good = 0
 }
 
-// Rebase moves the limit to limit (see Rebaser). The last limit found
-// below the band is kept only if it is below the new one.
+// Rebase moves the limit to limit (see Rebaser), and the last limit found
+// below the band with it.
 func (p *P95) Rebase(limit int) int {
 	to := p.b.clamp(limit)
-	if p.good >= to {
-		p.good = 0
+	if p.good > 0 {
+		p.good = max(0, p.good+to-p.limit)
 	}
 	p.pace.shift(to - p.limit)
 	p.limit = to

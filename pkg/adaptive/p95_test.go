@@ -209,3 +209,44 @@ func TestP95NoSecondDecreaseOnSamplesAdmittedBeforeIt(t *testing.T) {
 		t.Fatalf("limits %v, want one decrease, 16→11", got)
 	}
 }
+
+// An overshoot two decreases past the knee comes back to the last limit
+// found below the band, not ×DecreaseFactor twice below it: a fleet's slow
+// start overshot a knee of 40 to 64, fell to 46 and then to 32, and came
+// back a step a tick (four p95 sidecars at 0.80–0.88× one sidecar's
+// goodput in make bench-gate). Back at that limit, answers inside the band
+// but above the target say it was not good after all (make bench-gate's
+// backend answers in 102.5 ms one past its knee): a step back, not a hold
+// at half the backend's throughput.
+func TestP95ComesBackToTheLastGoodLimitAfterTwoDecreases(t *testing.T) {
+	c, now := must(NewP95(kataP95(1, 400, 20))), t0 // DecreaseFactor 0.7
+	good := 0
+	for c.Limit() < 60 { // slow start below the band
+		l := c.Limit()
+		if feed(c, &now, 1, 5*time.Millisecond, 50*time.Millisecond, OK)[0] != l {
+			good = l
+		}
+	}
+	over := c.Limit()
+	first := int(float64(over) * 0.7)
+	if over >= 2*good || first <= good {
+		t.Fatalf("setup: slow start rose from %d to %d; its first decrease, %d, must be above %d", good, over, first, good)
+	}
+	var after []int // the distinct limits as the backend answers far above the band
+	for len(after) < 2 {
+		l := c.Limit()
+		if n := feed(c, &now, 1, 5*time.Millisecond, 300*time.Millisecond, OK)[0]; n != l {
+			after = append(after, n)
+		}
+	}
+	if after[0] != first || after[1] != good {
+		t.Fatalf("from %d (the last good limit %d): %v, want %d, then %d (back to the last good limit)", over, good, after, first, good)
+	}
+	now = now.Add(time.Second) // the slow answers leave the signal
+	for l := c.Limit(); c.Limit() == l; {
+		feed(c, &now, 1, 5*time.Millisecond, 105*time.Millisecond, OK) // inside the band, above the target
+	}
+	if c.Limit() != good-1 {
+		t.Fatalf("at the good limit %d, answers inside the band above the target: limit %d, want a step back, %d", good, c.Limit(), good-1)
+	}
+}
