@@ -198,12 +198,7 @@ func (a *AIMD) Observe(now time.Time, s Sample) int {
 
 // Rebase moves the limit to limit (see Rebaser).
 func (a *AIMD) Rebase(limit int) int {
-	to := a.b.clamp(limit)
-	if a.recal.rebase(float64(to)) {
-		return a.limit
-	}
-	a.pace.shift(to - a.limit)
-	a.limit = to
+	a.limit, _ = rebaseTo(a.b, &a.recal, &a.pace, a.limit, limit)
 	return a.limit
 }
 

@@ -79,6 +79,8 @@ type Gate struct {
 	// request waits).
 	queue waitList
 	free  *slot // recycled slots
+	// rebaser is the controller's Rebaser, or nil (Rebase, Level).
+	rebaser Rebaser
 	// overdue is the controller's OverdueReporter, or nil. pending holds
 	// the slots in flight not yet reported overdue, late those reported
 	// overdue and not yet lost, each oldest first; newestDone is the
@@ -129,6 +131,7 @@ func NewGate(c GateConfig) (*Gate, error) {
 		stats:         newStatsRing(c.StatsWindow),
 	}
 	g.overdue, _ = c.Controller.(OverdueReporter)
+	g.rebaser, _ = c.Controller.(Rebaser)
 	if g.overdue != nil {
 		g.after = g.overdue.OverdueAfter()
 	}
@@ -215,13 +218,12 @@ func (g *Gate) TryAcquireShare(now time.Time, ceiling, fleet int) (Lease, bool) 
 // the controller could be moved. Requests in flight are not revoked, as
 // after any decrease; a raise admits waiting requests at once.
 func (g *Gate) Rebase(now time.Time, limit int) (int, bool) {
-	r, ok := g.ctrl.(Rebaser)
-	if !ok {
+	if g.rebaser == nil {
 		return g.Limit(), false
 	}
 	g.mu.Lock()
 	old := g.limit
-	g.setLimitLocked(r.Rebase(limit))
+	g.setLimitLocked(g.rebaser.Rebase(limit))
 	if g.overdue != nil {
 		g.after = g.overdue.OverdueAfter()
 	}
@@ -234,13 +236,12 @@ func (g *Gate) Rebase(now time.Time, limit int) (int, bool) {
 // Level is the controller's estimate of the limit: Rebaser's Level, or the
 // limit for a controller that is not a Rebaser.
 func (g *Gate) Level() int {
-	r, ok := g.ctrl.(Rebaser)
-	if !ok {
+	if g.rebaser == nil {
 		return g.Limit()
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return r.Level()
+	return g.rebaser.Level()
 }
 
 // Inflight returns the number of admitted, unreleased requests, exact at one

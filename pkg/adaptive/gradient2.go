@@ -240,13 +240,10 @@ const gradientFloor = 0.25
 
 // Rebase moves the limit and the estimate to limit (see Rebaser).
 func (g *Gradient2) Rebase(limit int) int {
-	to := g.b.clamp(limit)
-	if g.recal.rebase(float64(to)) {
-		return g.limit
+	if to, moved := rebaseTo(g.b, &g.recal, &g.pace, g.limit, limit); moved {
+		g.estimate, g.limit = float64(to), to
+		g.setAfter()
 	}
-	g.pace.shift(to - g.limit)
-	g.estimate, g.limit = float64(to), to
-	g.setAfter()
 	return g.limit
 }
 

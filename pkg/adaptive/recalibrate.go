@@ -213,3 +213,17 @@ func (r *recalibrator) level(limit int) int {
 	}
 	return limit
 }
+
+// rebaseTo is Rebaser.Rebase for a controller with bounds b, recalibrator
+// r and pacing p whose limit is limit: the limit want moves it to
+// (clamped), with the pacing shifted alike, and true; or, while r pins
+// the limit, the limit unchanged and false, the level r restores moved
+// instead.
+func rebaseTo(b bounds, r *recalibrator, p *pacing, limit, want int) (int, bool) {
+	to := b.clamp(want)
+	if r.rebase(float64(to)) {
+		return limit, false
+	}
+	p.shift(to - limit)
+	return to, true
+}

@@ -232,13 +232,10 @@ func vegasBand(l float64) (alpha, beta float64) {
 
 // Rebase moves the limit to limit (see Rebaser).
 func (v *Vegas) Rebase(limit int) int {
-	to := v.b.clamp(limit)
-	if v.recal.rebase(float64(to)) {
-		return v.limit
+	if to, moved := rebaseTo(v.b, &v.recal, &v.pace, v.limit, limit); moved {
+		v.limit = to
+		v.setAfter()
 	}
-	v.pace.shift(to - v.limit)
-	v.limit = to
-	v.setAfter()
 	return v.limit
 }
 

@@ -226,14 +226,15 @@ func runSetup(t *testing.T, bin string, s setup) result {
 					return
 				case <-tick.C:
 				}
-				if g, ok := scs[0].fleetGlobal(); ok && measuring.Load() && s.sidecars > 1 {
+				first, err := scs[0].gauges() // one scrape for the table and the trace
+				if g, ok := gaugeValue(first, "fleet_global_limit"); err == nil && ok && measuring.Load() && s.sidecars > 1 {
 					mu.Lock()
-					global = append(global, g)
+					global = append(global, int(g))
 					mu.Unlock()
 				}
 				if *traceFlag {
-					var line []string
-					for _, sc := range scs {
+					line := []string{formatGauges(first, err)}
+					for _, sc := range scs[1:] {
 						line = append(line, sc.gateState())
 					}
 					phase := "warm"

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,44 +127,66 @@ func (s *sidecar) output() string {
 // String names the sidecar in messages.
 func (s *sidecar) String() string { return fmt.Sprintf("sidecar %s", s.http) }
 
-// gateState is the sidecar's gate metrics (limit, and the fleet's share
-// and ceiling), as /metrics shows them, for the log.
-func (s *sidecar) gateState() string {
-	r, err := http.Get("http://" + s.http + "/metrics")
-	if err != nil {
-		return err.Error()
-	}
-	defer r.Body.Close()
-	body, _ := io.ReadAll(r.Body)
-	var out []string
-	for _, line := range strings.Split(string(body), "\n") {
-		for _, m := range []string{"throttlekit_gate_limit{", "throttlekit_gate_fleet_share{", "throttlekit_gate_fleet_global_limit{", "throttlekit_gate_fleet_local_limit{", "throttlekit_gate_inflight{"} {
-			if v, ok := strings.CutPrefix(line, m); ok {
-				if _, n, ok := strings.Cut(v, "} "); ok {
-					out = append(out, strings.TrimSuffix(strings.TrimPrefix(m, "throttlekit_gate_"), "{")+"="+n)
-				}
-			}
-		}
-	}
-	return strings.Join(out, "; ")
+// gateGauges are the gate's gauges (throttlekit_gate_<name>) the log and
+// the table read.
+var gateGauges = []string{"limit", "inflight", "fleet_share", "fleet_global_limit", "fleet_local_limit"}
+
+// gauge is one of gateGauges as /metrics showed it.
+type gauge struct {
+	name  string
+	value float64
 }
 
-// fleetGlobal is the sidecar's gate's L_global as its /metrics shows it now.
-func (s *sidecar) fleetGlobal() (int, bool) {
+// gauges reads the sidecar's gateGauges from its /metrics now, in the
+// order it shows them.
+func (s *sidecar) gauges() ([]gauge, error) {
 	r, err := http.Get("http://" + s.http + "/metrics")
 	if err != nil {
-		return 0, false
+		return nil, err
 	}
 	defer r.Body.Close()
+	var out []gauge
 	sc := bufio.NewScanner(r.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "throttlekit_gate_fleet_global_limit{"); ok {
-			if _, n, ok := strings.Cut(v, "} "); ok {
-				f, err := strconv.ParseFloat(n, 64)
-				return int(f), err == nil
+		rest, ok := strings.CutPrefix(sc.Text(), "throttlekit_gate_")
+		if !ok {
+			continue
+		}
+		name, rest, ok := strings.Cut(rest, "{")
+		if !ok || !slices.Contains(gateGauges, name) {
+			continue
+		}
+		if _, v, ok := strings.Cut(rest, "} "); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				out = append(out, gauge{name, f})
 			}
+		}
+	}
+	return out, sc.Err()
+}
+
+// gaugeValue is the named gauge of gs.
+func gaugeValue(gs []gauge, name string) (float64, bool) {
+	for _, g := range gs {
+		if g.name == name {
+			return g.value, true
 		}
 	}
 	return 0, false
 }
+
+// formatGauges is gs for the log: name=value; ….
+func formatGauges(gs []gauge, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = g.name + "=" + strconv.FormatFloat(g.value, 'g', -1, 64)
+	}
+	return strings.Join(out, "; ")
+}
+
+// gateState is the sidecar's gate gauges for the log.
+func (s *sidecar) gateState() string { return formatGauges(s.gauges()) }
