@@ -2,9 +2,7 @@ package benchgate
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,12 +10,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
 )
 
 // startDeadline bounds a sidecar's start: its "serving" line, then /readyz.
@@ -28,8 +27,7 @@ type sidecar struct {
 	cmd  *exec.Cmd
 	conn *grpc.ClientConn
 	http string
-	mu   sync.Mutex
-	log  strings.Builder // everything it wrote, for a failure's report
+	log  *testenv.ServingLog // everything it wrote, for a failure's report
 }
 
 // startSidecar starts bin serving the gates policy (gates.yaml's content)
@@ -40,15 +38,11 @@ func startSidecar(t *testing.T, bin, gates string, args ...string) *sidecar {
 	if err := os.WriteFile(filepath.Join(dir, "gates.yaml"), []byte(gates), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := &sidecar{}
+	s := &sidecar{log: testenv.NewServingLog()}
 	s.cmd = exec.Command(bin, append([]string{"serve", "--policy", dir,
 		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--log-level", "info"}, args...)...)
-	out, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd.Stdout = s.cmd.Stderr
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
 	}
@@ -58,20 +52,18 @@ func startSidecar(t *testing.T, bin, gates string, args ...string) *sidecar {
 		_ = s.cmd.Process.Kill()
 		<-exited
 		if t.Failed() {
-			t.Logf("throttlekit %s output:\n%s", strings.Join(s.cmd.Args[1:], " "), s.output())
+			t.Logf("throttlekit %s output:\n%s", strings.Join(s.cmd.Args[1:], " "), s.log.String())
 		}
 	})
-	serving := make(chan [2]string, 1)
-	go s.scan(out, serving)
-	var addrs [2]string
+	var addrs testenv.ServingAddrs
 	select {
-	case addrs = <-serving:
+	case addrs = <-s.log.Serving:
 	case <-exited:
-		t.Fatalf("throttlekit exited before serving:\n%s", s.output())
+		t.Fatalf("throttlekit exited before serving:\n%s", s.log.String())
 	case <-time.After(startDeadline):
-		t.Fatalf("throttlekit logged no \"serving\" line within %v:\n%s", startDeadline, s.output())
+		t.Fatalf("throttlekit logged no \"serving\" line within %v:\n%s", startDeadline, s.log.String())
 	}
-	s.http = addrs[1]
+	s.http = addrs.HTTP
 	ready := time.Now().Add(startDeadline)
 	for {
 		r, err := http.Get("http://" + s.http + "/readyz")
@@ -82,46 +74,21 @@ func startSidecar(t *testing.T, bin, gates string, args ...string) *sidecar {
 			}
 		}
 		if time.Now().After(ready) {
-			t.Fatalf("/readyz not 200 within %v (%v):\n%s", startDeadline, err, s.output())
+			t.Fatalf("/readyz not 200 within %v (%v):\n%s", startDeadline, err, s.log.String())
 		}
 		select { // polling a condition with a deadline
 		case <-time.After(20 * time.Millisecond):
 		case <-exited:
-			t.Fatalf("throttlekit exited before it was ready:\n%s", s.output())
+			t.Fatalf("throttlekit exited before it was ready:\n%s", s.log.String())
 		}
 	}
-	s.conn, err = grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.conn = conn
 	t.Cleanup(func() { _ = s.conn.Close() })
 	return s
-}
-
-// scan keeps the process's output and sends the addresses of its first
-// "serving" log line.
-func (s *sidecar) scan(out io.Reader, serving chan<- [2]string) {
-	sc := bufio.NewScanner(out)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	sent := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		s.mu.Lock()
-		s.log.Write(line)
-		s.log.WriteByte('\n')
-		s.mu.Unlock()
-		var rec struct{ Msg, GRPC, HTTP string }
-		if !sent && json.Unmarshal(line, &rec) == nil && rec.Msg == "serving" {
-			serving <- [2]string{rec.GRPC, rec.HTTP}
-			sent = true
-		}
-	}
-}
-
-func (s *sidecar) output() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
 }
 
 // String names the sidecar in messages.

@@ -76,7 +76,7 @@ func testHotReload(t *testing.T, s *sidecar) {
 	// The operator is told where: the file, its line and the field.
 	at := regexp.MustCompile(`e2e\.yaml:\d+$`)
 	var found []string
-	for _, rec := range s.log.records("policy error: keeping the previous policy") {
+	for _, rec := range s.log.Records("policy error: keeping the previous policy") {
 		pos, _ := rec["at"].(string)
 		field, _ := rec["field"].(string)
 		found = append(found, fmt.Sprintf("at=%q field=%q", pos, field))

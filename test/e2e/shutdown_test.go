@@ -132,7 +132,7 @@ func testSigtermDrain(t *testing.T, o options) {
 		t.Errorf("a call after the exit: %v, want UNAVAILABLE", err)
 	}
 	for _, msg := range []string{"shutting down: draining in-flight calls", "stopped"} {
-		if len(s.log.records(msg)) != 1 {
+		if len(s.log.Records(msg)) != 1 {
 			t.Errorf("the log has no %q line", msg)
 		}
 	}

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +17,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
 )
 
 // Deadlines of the harness. They bound waits on conditions; none is a
@@ -57,7 +56,7 @@ type sidecar struct {
 	http      *http.Client
 
 	cmd    *exec.Cmd
-	log    *processLog
+	log    *testenv.ServingLog
 	exited chan struct{} // closed once the process has exited
 	err    error         // cmd.Wait's result; read only after exited is closed
 }
@@ -70,7 +69,7 @@ func startSidecar(t *testing.T, o options) *sidecar {
 	t.Helper()
 	s := &sidecar{
 		policyDir: t.TempDir(),
-		log:       newProcessLog(),
+		log:       testenv.NewServingLog(),
 		exited:    make(chan struct{}),
 		http:      &http.Client{Timeout: callDeadline},
 	}
@@ -124,7 +123,7 @@ func startSidecar(t *testing.T, o options) *sidecar {
 	})
 
 	select {
-	case addrs := <-s.log.serving:
+	case addrs := <-s.log.Serving:
 		s.grpcAddr, s.httpAddr = addrs.GRPC, addrs.HTTP
 	case <-s.exited:
 		t.Fatalf("throttlekit exited before serving (%v); its output is logged below", s.err)
@@ -280,66 +279,4 @@ func environWithout(prefix string) []string {
 		}
 	}
 	return env
-}
-
-// servingAddrs are the bound addresses of the "serving" log line.
-type servingAddrs struct {
-	GRPC string `json:"grpc"`
-	HTTP string `json:"http"`
-}
-
-// processLog keeps everything the process writes and watches its JSON log
-// lines for the first "serving" one. It is safe for concurrent use.
-type processLog struct {
-	serving chan servingAddrs // receives the first serving line's addresses
-
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	scanned int  // bytes of buf already split into lines
-	sent    bool // serving has been sent
-}
-
-func newProcessLog() *processLog { return &processLog{serving: make(chan servingAddrs, 1)} }
-
-func (l *processLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf.Write(p)
-	for {
-		rest := l.buf.Bytes()[l.scanned:]
-		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		l.scanned += i + 1
-		if l.sent {
-			continue
-		}
-		var line struct {
-			Msg string `json:"msg"`
-			servingAddrs
-		}
-		if json.Unmarshal(rest[:i], &line) == nil && line.Msg == "serving" {
-			l.serving <- line.servingAddrs
-			l.sent = true
-		}
-	}
-}
-
-func (l *processLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// records returns the JSON log records whose msg is msg.
-func (l *processLog) records(msg string) []map[string]any {
-	var out []map[string]any
-	for _, line := range strings.Split(l.String(), "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
 }
