@@ -13,22 +13,20 @@ VERSION := $(shell cat VERSION)
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/throttlekit ./cmd/sidecar
 
-# The test command the README gives and CI runs: formatting, vet, then every
-# test with the race detector. Tests start their own servers (redis-server,
-# Cluster, Sentinel, PostgreSQL); deploy/'s run promtool and a real prometheus
-# server (Debian's prometheus package has both; THROTTLEKIT_SKIP_PROMTOOL=1
-# skips them where it is absent) and build cmd/sidecar.
-# test/e2e runs alone, after the rest: its adaptive gates infer from latency
-# the two cores also spend on other packages' race-detector builds.
-E2E     := github.com/throttlekit/throttlekit/test/e2e
-test: lint test-deps
-	$(GO) test -race -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -vx '$(E2E)')
-	$(GO) test -race -count=1 -timeout 20m $(E2E)
-	# The peer comparison, a module of its own (test/compare): its adapters,
-	# determinism and defaults under the race detector, then its bar,
-	# TestParetoBar, on every scenario and seeds 1–6 without it (a
-	# single-threaded simulation, 66 runs: about 55 s of CPU).
-	cd test/compare && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m -skip '^TestParetoBar$$' ./... && $(GO) test -count=1 -timeout 10m -run '^TestParetoBar$$' ./...
+# The test command the README gives and CI runs (scripts/test.sh): gofmt,
+# vet, then every test with the race detector, in stages that all run
+# whatever an earlier one did: unit (every package but test/e2e), e2e (alone,
+# after the rest: its adaptive gates infer from latency the two cores also
+# spend on other packages' race builds), and compare (test/compare, a module
+# of its own, then its Pareto bar). It prints each package as it ends with
+# the stage's elapsed time, what is still running after a quiet minute, and
+# at the end every failure again, each stage's time and one closing line of
+# counts. Tests start their own servers (redis-server, Cluster, Sentinel,
+# PostgreSQL); deploy/'s run promtool and a real prometheus server (Debian's
+# prometheus package has both; THROTTLEKIT_SKIP_PROMTOOL=1 skips them where
+# it is absent) and build cmd/sidecar. STAGES="unit e2e" runs fewer.
+test: test-deps
+	@GO=$(GO) bash scripts/test.sh
 
 # What the tests need (redis-server, redis-sentinel, prometheus, PostgreSQL),
 # installed when absent (scripts/test-deps.sh says the command when it cannot).
