@@ -110,8 +110,13 @@ func TestE2EExtProcGate(t *testing.T) {
 					if ir.GetStatus().GetCode() != 503 || retry != "1" {
 						bad503.Add(1)
 					}
-					select { // back off like a client that was told to retry
-					case <-time.After(2 * time.Millisecond):
+					// Back off like a client that was told to retry, by
+					// Envoy's default retry base interval. At 2 ms, the
+					// refused callers' calls spun the two cores the
+					// sidecar shares with them, and the RTT the gate
+					// judges by was mostly their scheduling.
+					select {
+					case <-time.After(fleetRetry):
 					case <-ctx.Done():
 					}
 				}
