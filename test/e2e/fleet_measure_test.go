@@ -118,20 +118,6 @@ func (ds *durations) add(d time.Duration) {
 	ds.mu.Unlock()
 }
 
-// mean is the durations' mean; 0 for none.
-func (ds *durations) mean() time.Duration {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	if len(ds.d) == 0 {
-		return 0
-	}
-	var sum time.Duration
-	for _, d := range ds.d {
-		sum += d
-	}
-	return sum / time.Duration(len(ds.d))
-}
-
 // quantile is the q-quantile (nearest rank) of the durations; 0 for none.
 func (ds *durations) quantile(q float64) time.Duration {
 	ds.mu.Lock()

@@ -159,20 +159,25 @@ func TestE2EFleetGate(t *testing.T) {
 	t.Run("independent", func(t *testing.T) {
 		r := runFleet(t, "", fleetSize, "", options{store: "memory"}, nil)
 		st := steady(r)
-		// Four floors admit 2 C at least, and 48 clients fill them; of
-		// each admitted request's time, the backend holds it for its
-		// service time and the path for the overhead the run measured,
-		// so that is the share of the admitted the backend sees (Little's
-		// law). A quiet machine's overhead is a few ms: the bar is then
-		// 1.5 C; scheduling on a loaded one lowers it in proportion, and
-		// a coordinated fleet's ceiling of about C stays below it.
-		ovh := r.overhead.mean()
-		bar := 1.5 * fleetC * float64(fleetBase) / float64(fleetBase+ovh)
-		t.Logf("independent: backend in flight mean %.1f, p50 %d, max %d (C %d); overhead mean %v (bar %.1f); %d calls, %d refused",
-			st.mean, st.p50, st.max, fleetC, ovh, bar, r.calls.Load(), r.refused.Load())
-		if st.mean < bar {
-			t.Fatalf("independent sidecars: mean in flight %.1f, want well above C %d: ≥ 1.5 C × base %v / (base + the mean overhead measured %v) = %.1f (load %s)",
-				st.mean, fleetC, fleetBase, ovh, bar, loadAverage())
+		// Four floors admit 2 C at least, and 48 clients fill them. Where
+		// the overhead measured leaves a gate room to rise (holdable), the
+		// backend holds well over C on average, as no coordinated fleet
+		// does. A loaded machine's overhead keeps each admitted request
+		// out of the backend most of its time, and the mean then says
+		// little; that the backend had more than 1.5 C in it at once (a
+		// count: the coordinated fleets' ceilings stay under it on such a
+		// machine) still shows the four gates uncoordinated.
+		ovh := r.overhead.quantile(0.95)
+		t.Logf("independent: backend in flight mean %.1f, p50 %d, max %d (C %d); overhead p95 %v; %d calls, %d refused",
+			st.mean, st.p50, st.max, fleetC, ovh, r.calls.Load(), r.refused.Load())
+		switch {
+		case holdable(ovh) > 0 && st.mean < 1.5*fleetC:
+			t.Fatalf("independent sidecars: mean in flight %.1f, want well above C %d (≥ 1.5 C)", st.mean, fleetC)
+		case holdable(ovh) == 0 && st.max <= 1.5*fleetC:
+			t.Fatalf("independent sidecars: at most %d in flight, want more than 1.5 C (C %d) at some instant (the overhead, p95 %v, too high to judge the mean at load %s)",
+				st.max, fleetC, ovh, loadAverage())
+		case holdable(ovh) == 0:
+			t.Logf("independent: the overhead (p95 %v) is too high to judge the mean at load %s; judged on the most in flight at once, %d (> 1.5 C)", ovh, loadAverage(), st.max)
 		}
 		runs = append(runs, r)
 	})
