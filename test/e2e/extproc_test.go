@@ -17,10 +17,12 @@ import (
 )
 
 // gatePolicy gates every request to the backend through a p95 controller:
-// a 120 ms target, adjusted every 100 ms over a 500 ms window. The target is
-// far from both the fast backend (2 ms) and the slow one (400 ms), so the
-// test's verdicts hold on a loaded machine with the race detector on, where
-// the measured RTT (two gRPC hops and a real HTTP call) is tens of ms.
+// a gateTarget (120 ms) target, adjusted every 100 ms over a 500 ms window.
+// The target is far from both the fast backend (2 ms) and the slow one
+// (400 ms), so the verdicts hold on a loaded machine with the race detector
+// on, where the measured RTT (two gRPC hops and a real HTTP call) is tens
+// of ms; where scheduling takes the RTT past where the gate rises, the
+// test says so and measures again (waitGateRise).
 const gatePolicy = `
 concurrency:
   - name: backend
@@ -31,6 +33,10 @@ concurrency:
     initial_limit: 8
     params: {target: 120ms, tolerance: 0.2, window: 500ms, min_samples: 5, tick: 100ms, increase_step: 2, decrease_factor: 0.7}
 `
+
+// gateRiseBelow is where gatePolicy's p95 gate rises: below its target
+// less its tolerance, 120 ms · (1 − 0.2).
+const gateRiseBelow = 96 * time.Millisecond
 
 // backend is a real HTTP server whose latency the test sets.
 type backend struct {
@@ -78,16 +84,21 @@ func TestE2EExtProcGate(t *testing.T) {
 	var wg sync.WaitGroup
 	var rejected, bad503, failures atomic.Int64
 	var lastErr atomic.Value
+	var admitted latencyLog // what the clients measured: see waitGateRise
 	for w := 0; w < 24; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
+				sent := time.Now()
 				ir, err := envoy(ctx, c, b.srv.URL)
 				switch {
 				case err != nil && ctx.Err() == nil:
 					failures.Add(1)
 					lastErr.Store(err)
+				case err == nil && ir == nil:
+					now := time.Now()
+					admitted.add(now, now.Sub(sent))
 				case ir != nil:
 					rejected.Add(1)
 					retry := ""
@@ -99,8 +110,13 @@ func TestE2EExtProcGate(t *testing.T) {
 					if ir.GetStatus().GetCode() != 503 || retry != "1" {
 						bad503.Add(1)
 					}
-					select { // back off like a client that was told to retry
-					case <-time.After(2 * time.Millisecond):
+					// Back off like a client that was told to retry, by
+					// Envoy's default retry base interval. At 2 ms, the
+					// refused callers' calls spun the two cores the
+					// sidecar shares with them, and the RTT the gate
+					// judges by was mostly their scheduling.
+					select {
+					case <-time.After(fleetRetry):
 					case <-ctx.Done():
 					}
 				}
@@ -111,7 +127,7 @@ func TestE2EExtProcGate(t *testing.T) {
 	limit := func() float64 { return s.metrics(t).get("throttlekit_gate_limit", "gate", "backend") }
 
 	// Healthy backend, 24 callers: the limit climbs above its initial 8.
-	waitFor(t, 15*time.Second, "the limit rises while the backend is fast", func() (bool, string) {
+	waitGateRise(t, "the limit rises while the backend is fast", 15*time.Second, &admitted, func() (bool, string) {
 		l := limit()
 		return l >= 14, fmt.Sprintf("limit %v", l)
 	})
@@ -125,7 +141,7 @@ func TestE2EExtProcGate(t *testing.T) {
 	low := limit()
 	// It recovers: the limit climbs again.
 	b.latency.Store(int64(2 * time.Millisecond))
-	waitFor(t, 15*time.Second, "the limit rises after the backend recovers", func() (bool, string) {
+	waitGateRise(t, "the limit rises after the backend recovers", 15*time.Second, &admitted, func() (bool, string) {
 		l := limit()
 		return l >= low+6, fmt.Sprintf("limit %v (low %v)", l, low)
 	})
@@ -166,6 +182,37 @@ func TestE2EExtProcGate(t *testing.T) {
 	m := s.metrics(t)
 	if m.get("throttlekit_gate_rtt_seconds_count", "gate", "backend", "outcome", "dropped") < 1 {
 		t.Fatal("the cancelled request was not released as dropped")
+	}
+}
+
+// waitGateRise waits up to within for cond, a rise of gatePolicy's limit.
+// The gate owes a rise only while its p95 is below gateRiseBelow, and on a
+// loaded machine scheduling alone can hold it above: the clients' latency,
+// which bounds the gate's from above, tells. When cond did not come to
+// hold and the clients' p95 over the wait left the gate room to rise, the
+// gate is at fault and the test fails. When it did not leave room, the
+// test cannot judge: it says so, naming that p95 and the machine's load,
+// and waits again, up to gateJudgeAttempts waits in all; then it fails,
+// naming the load it saw.
+func waitGateRise(t *testing.T, what string, within time.Duration, lat *latencyLog, cond func() (bool, string)) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		from := time.Now()
+		_, ok, why := poll(within, cond)
+		if ok {
+			return
+		}
+		p95, n := lat.quantileSince(from, 0.95)
+		switch {
+		case p95 < gateRiseBelow:
+			t.Fatalf("%s: still false after %v; last check: %s; the clients' p95 over the wait, %v (%d requests), was under the %v the gate rises below (load %s)",
+				what, within, why, p95, n, gateRiseBelow, loadAverage())
+		case attempt == gateJudgeAttempts:
+			t.Fatalf("%s: still false after %d waits of %v; last check: %s; the clients' p95 over the last, %v (%d requests), was again at or above the %v the gate rises below: "+
+				"the machine (load %s) is too loaded to judge the gate", what, attempt, within, why, p95, n, gateRiseBelow, loadAverage())
+		}
+		t.Logf("%s: not after %v (%s), but the clients' p95 over the wait, %v (%d requests), was at or above the %v the gate rises below: "+
+			"scheduling on this machine (load %s) may alone hold the gate in its band; measuring again", what, within, why, p95, n, gateRiseBelow, loadAverage())
 	}
 }
 

@@ -132,10 +132,10 @@ func TestE2EFleetGate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := runFleet(t, "redis", fleetSize, options{store: "redis", redisURL: rdb.URL()},
-			func(ctx context.Context) ([]distributed.Record, error) { return coord.Records(ctx, "backend") })
-		checkCoordinated(t, r)
-		runs = append(runs, r)
+		runs = append(runs, judgeFleet(t, func(prefix string) *fleetRun {
+			return runFleet(t, "redis", fleetSize, prefix, options{store: "redis", redisURL: rdb.URL()},
+				func(ctx context.Context) ([]distributed.Record, error) { return coord.Records(ctx, "backend") })
+		}))
 	})
 	t.Run("postgres", func(t *testing.T) {
 		pg := testenv.StartPostgres(t)
@@ -144,25 +144,40 @@ func TestE2EFleetGate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := runFleet(t, "postgres", fleetSize, options{store: "memory", args: []string{"--postgres-url", pg.URL()}},
-			func(ctx context.Context) ([]distributed.Record, error) { return coord.Records(ctx, "backend") })
-		checkCoordinated(t, r)
-		runs = append(runs, r)
+		runs = append(runs, judgeFleet(t, func(prefix string) *fleetRun {
+			return runFleet(t, "postgres", fleetSize, prefix, options{store: "memory", args: []string{"--postgres-url", pg.URL()}},
+				func(ctx context.Context) ([]distributed.Record, error) { return coord.Records(ctx, "backend") })
+		}))
 	})
 	t.Run("single", func(t *testing.T) {
-		r := runFleet(t, "", 1, options{store: "memory"}, nil)
+		r := runFleet(t, "", 1, "", options{store: "memory"}, nil)
 		st := steady(r)
 		t.Logf("single: one sidecar with all %d clients: backend in flight mean %.1f, p50 %d, max %d (C %d); overhead p95 %v; %d calls, %d refused",
 			fleetSize*fleetWorkers, st.mean, st.p50, st.max, fleetC, r.overhead.quantile(0.95), r.calls.Load(), r.refused.Load())
 		runs = append(runs, r)
 	})
 	t.Run("independent", func(t *testing.T) {
-		r := runFleet(t, "", fleetSize, options{store: "memory"}, nil)
+		r := runFleet(t, "", fleetSize, "", options{store: "memory"}, nil)
 		st := steady(r)
-		t.Logf("independent: backend in flight mean %.1f, p50 %d, max %d (C %d); %d calls, %d refused",
-			st.mean, st.p50, st.max, fleetC, r.calls.Load(), r.refused.Load())
-		if st.mean < 1.5*fleetC {
+		// Four floors admit 2 C at least, and 48 clients fill them. Where
+		// the overhead measured leaves a gate room to rise (holdable), the
+		// backend holds well over C on average, as no coordinated fleet
+		// does. A loaded machine's overhead keeps each admitted request
+		// out of the backend most of its time, and the mean then says
+		// little; that the backend had more than 1.5 C in it at once (a
+		// count: the coordinated fleets' ceilings stay under it on such a
+		// machine) still shows the four gates uncoordinated.
+		ovh := r.overhead.quantile(0.95)
+		t.Logf("independent: backend in flight mean %.1f, p50 %d, max %d (C %d); overhead p95 %v; %d calls, %d refused",
+			st.mean, st.p50, st.max, fleetC, ovh, r.calls.Load(), r.refused.Load())
+		switch {
+		case holdable(ovh) > 0 && st.mean < 1.5*fleetC:
 			t.Fatalf("independent sidecars: mean in flight %.1f, want well above C %d (≥ 1.5 C)", st.mean, fleetC)
+		case holdable(ovh) == 0 && st.max <= 1.5*fleetC:
+			t.Fatalf("independent sidecars: at most %d in flight, want more than 1.5 C (C %d) at some instant (the overhead, p95 %v, too high to judge the mean at load %s)",
+				st.max, fleetC, ovh, loadAverage())
+		case holdable(ovh) == 0:
+			t.Logf("independent: the overhead (p95 %v) is too high to judge the mean at load %s; judged on the most in flight at once, %d (> 1.5 C)", ovh, loadAverage(), st.max)
 		}
 		runs = append(runs, r)
 	})
@@ -173,13 +188,34 @@ func TestE2EFleetGate(t *testing.T) {
 	}
 }
 
+// judgeFleet runs a coordinated fleet (run starts its sidecars with node
+// ids prefixed by prefix) and judges it with checkCoordinated. When the
+// run's overhead left the gate no room to rise, so its goodput could not
+// be judged, it runs the fleet again with fresh node ids (the last run's
+// records expire meanwhile), up to gateJudgeAttempts runs in all. It
+// returns the last run.
+func judgeFleet(t *testing.T, run func(prefix string) *fleetRun) *fleetRun {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		prefix := ""
+		if attempt > 1 {
+			prefix = fmt.Sprintf("again%d-", attempt)
+		}
+		r := run(prefix)
+		if checkCoordinated(t, r, attempt == gateJudgeAttempts) || t.Failed() {
+			return r
+		}
+	}
+}
+
 // runFleet starts size sidecars with the fleet gate on coordinator (o
 // says how they reach it; records reads its state, nil for none), gives
 // them fleetSize × fleetWorkers clients in all, samples the backend and
 // the coordinator, and kills the last sidecar halfway through the steady
 // phase when there is a coordinator. Without one, the run is named
-// "independent", or "single" for one sidecar.
-func runFleet(t *testing.T, coordinator string, size int, o options, records recordsFunc) *fleetRun {
+// "independent", or "single" for one sidecar. The sidecars' node ids are
+// prefix and node-<i>; they are killed when the run ends.
+func runFleet(t *testing.T, coordinator string, size int, prefix string, o options, records recordsFunc) *fleetRun {
 	r := &fleetRun{name: coordinator}
 	switch {
 	case coordinator != "":
@@ -192,12 +228,18 @@ func runFleet(t *testing.T, coordinator string, size int, o options, records rec
 	var sidecars []*sidecar
 	for i := range size {
 		o := o
-		o.args = append([]string{"--node-id", fmt.Sprintf("node-%d", i)}, o.args...)
+		id := fmt.Sprintf("%snode-%d", prefix, i)
+		o.args = append([]string{"--node-id", id}, o.args...)
 		o.files = map[string]string{"gates.yaml": fleetGatePolicy(coordinator)}
 		s := startSidecar(t, o)
-		s.nodeID = fmt.Sprintf("node-%d", i)
+		s.nodeID = id
 		sidecars = append(sidecars, s)
 	}
+	defer func() {
+		for _, s := range sidecars {
+			s.kill() // a run measured again must not share the backend or the coordinator with these
+		}
+	}()
 	for _, s := range sidecars {
 		waitFor(t, 10*time.Second, "the gate is loaded", func() (bool, string) {
 			v := s.metrics(t).get("throttlekit_gate_limit", "gate", "backend")
@@ -245,7 +287,11 @@ func runFleet(t *testing.T, coordinator string, size int, o options, records rec
 	tick := time.NewTicker(sampleEvery)
 	defer tick.Stop()
 	last := start
-	for now := range tick.C {
+	for range tick.C {
+		// The sample's time is when it is taken, not when its tick fell
+		// due: a loaded machine runs this loop late, and the ticker keeps
+		// one stale tick, which dated a handoff before the kill.
+		now := time.Now()
 		if now.After(end) {
 			break
 		}
@@ -270,6 +316,12 @@ func runFleet(t *testing.T, coordinator string, size int, o options, records rec
 			cancels[size-1]() // its clients stop first: Envoy dies with its sidecar
 			sidecars[size-1].kill()
 			r.killAt = time.Since(start)
+			// Its lease ends where its last record seen says. A late
+			// sampler (a loaded machine fired this 10 ms ticker a second
+			// late) may never see that record live again.
+			if at, ok := r.beats.last[sidecars[size-1].nodeID]; ok {
+				r.deadEnd = time.UnixMicro(at + fleetLease.Microseconds()).Sub(start)
+			}
 		}
 	}
 	stop()
@@ -284,13 +336,16 @@ func runFleet(t *testing.T, coordinator string, size int, o options, records rec
 // survivors in recs: its record is gone, each survivor has beaten since its
 // lease ended (so its share was computed without it), and their shares add
 // up to L_global, give or take a slot each (the ceiling moves between their
-// beats). Until then it notes the dead record's lease end in r.
+// beats). Until then it notes the dead record's lease end in r, from its
+// record whenever the sampler sees it, live or expired.
 func handedOff(recs []distributed.Record, dead string, start time.Time, r *fleetRun, smp fleetSample) bool {
 	lease := fleetLease.Microseconds()
 	for _, rec := range recs {
-		if rec.Node == dead && rec.ExpiresAt > start.UnixMicro()+smp.at.Microseconds() {
-			r.deadEnd = time.UnixMicro(rec.ExpiresAt).Sub(start)
-			return false
+		if rec.Node == dead {
+			r.deadEnd = max(r.deadEnd, time.UnixMicro(rec.ExpiresAt).Sub(start))
+			if rec.ExpiresAt > start.UnixMicro()+smp.at.Microseconds() {
+				return false
+			}
 		}
 	}
 	if r.deadEnd == 0 || smp.live != fleetSize-1 || smp.shares < smp.global-smp.live {
@@ -383,14 +438,18 @@ func steady(r *fleetRun) steadyStats {
 }
 
 // holdable is how many requests in flight a p95 gate of the fleet's
-// policy can hold on this backend when the path adds overhead to every
-// request's latency: the gate rises while its p95 is under
-// target·(1 − tolerance), and the backend's latency at n in flight is
-// base·(n/C)² past C, base up to it. Without overhead that is about
-// 1.13 C; a loaded machine's scheduling takes its share of the target.
+// policy holds on this backend when the path adds overhead to every
+// request's latency, or 0 when it owes no number. The gate rises while its
+// p95 is under target·(1 − tolerance), and the backend's latency at n in
+// flight is base up to C and base·(n/C)² past it: with the overhead under
+// target·(1 − tolerance) − base (27.5 ms) the gate rises past C, to about
+// 1.13 C without overhead. With more, its p95 is in its band (or above)
+// at any n: it holds where it is, or falls, as it should, and the backend's
+// mean says nothing of the gate. A loaded machine's scheduling is such
+// overhead.
 func holdable(overhead time.Duration) float64 {
 	room := float64(fleetTarget)*(1-fleetTolerance) - float64(overhead)
-	if room <= 0 {
+	if room < float64(fleetBase) {
 		return 0
 	}
 	return fleetC * math.Sqrt(room/float64(fleetBase))
@@ -402,14 +461,18 @@ func holdable(overhead time.Duration) float64 {
 //     most the fleet's ceiling: the highest L_global of the last lease and
 //     longest heartbeat period measured (a ceiling that falls binds once
 //     every sidecar has beaten since: Beat's bound);
-//   - over the steady phase the backend holds at least 0.85 of C, or of
-//     what a p95 gate can hold given the overhead measured when that is
-//     less (holdable), and no more than the gate's upper band allows;
+//   - over the steady phase the backend holds no more than the gate's
+//     upper band allows, and at least 0.85 of C when the overhead measured
+//     leaves the gate room to rise past C (holdable); when it does not,
+//     the run cannot judge that: it says so, naming the overhead, the
+//     sampler's and the heartbeats' lateness and the machine's load, and
+//     reports false, for judgeFleet to measure again, unless last, when
+//     it fails;
 //   - a killed sidecar's share reaches the others within two of the
 //     longest heartbeat periods measured (and the sampler's own lateness)
 //     of its lease's end: each survivor's next beat evicts it, and the one
 //     after frees what the first beats still reserved.
-func checkCoordinated(t *testing.T, r *fleetRun) {
+func checkCoordinated(t *testing.T, r *fleetRun, last bool) (judged bool) {
 	t.Helper()
 	beat := max(r.beats.longest, fleetHeartbeat)
 	var first time.Duration = -1
@@ -439,6 +502,7 @@ func checkCoordinated(t *testing.T, r *fleetRun) {
 	st := steady(r)
 	overhead := r.overhead.quantile(0.95)
 	lo := 0.85 * min(fleetC, holdable(overhead))
+	judged = lo > 0
 	hi := fleetC * math.Sqrt(float64(fleetTarget)*(1+fleetTolerance)/float64(fleetBase))
 	handoffBound := 2*beat + r.sampleGap
 	t.Logf("%s: %d samples; backend in flight over the steady phase mean %.1f (%.2f C), p50 %d, max %d; "+
@@ -453,10 +517,17 @@ func checkCoordinated(t *testing.T, r *fleetRun) {
 	if over > 0 {
 		t.Errorf("%s: %d samples with the backend's in flight above the fleet's ceiling; first %s", r.name, over, worst)
 	}
-	if lo == 0 {
-		t.Logf("%s: the path's overhead alone (p95 %v) takes the gate's target: the machine is too loaded to judge the backend's mean", r.name, overhead)
+	if !judged {
+		room := time.Duration(float64(fleetTarget)*(1-fleetTolerance)) - fleetBase
+		why := fmt.Sprintf("the path's overhead (p95 %v; the sampler's ticks up to %v apart, heartbeats up to %v) leaves the gate no room to rise past C (that needs under %v): "+
+			"the machine (load %s) is too loaded to judge the backend's mean of %.1f", overhead, r.sampleGap, r.beats.longest, room, loadAverage(), st.mean)
+		if last {
+			t.Errorf("%s: %s, and was in each of %d runs", r.name, why, gateJudgeAttempts)
+		} else {
+			t.Logf("%s: %s; measuring again", r.name, why)
+		}
 	}
-	if st.mean < lo || st.mean > hi {
+	if st.mean > hi || judged && st.mean < lo {
 		t.Errorf("%s: the backend held %.1f in flight on average over the steady phase, want in [%.1f, %.1f] "+
 			"(≥ 0.85 × min(C %d, what a p95 gate holds with the measured overhead p95 %v); ≤ where its latency leaves the band)",
 			r.name, st.mean, lo, hi, fleetC, overhead)
@@ -468,4 +539,5 @@ func checkCoordinated(t *testing.T, r *fleetRun) {
 		t.Errorf("%s: handoff %v after the killed sidecar's lease ended, want within two of the longest heartbeat periods measured and the sampler's gap (%v)",
 			r.name, r.handoff-r.deadEnd, handoffBound)
 	}
+	return judged
 }
