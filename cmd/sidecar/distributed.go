@@ -20,6 +20,15 @@ import (
 // Redis (the Node bounds each call by its lease TTL too).
 const coordinatorTimeout = time.Second
 
+// schemaTimeout bounds serve's creating a PostgreSQL coordinator's tables
+// at start. CREATE TABLE IF NOT EXISTS takes catalog locks that the
+// sidecars of a fleet starting together wait on in turn, and a busy
+// database or machine makes each wait longer: 2 s (startupCheckTimeout)
+// failed a sidecar of four started together on a loaded machine. A
+// PostgreSQL that is down costs no more than before: the dial is bounded by
+// the connection's own timeout and refused at once.
+const schemaTimeout = 15 * time.Second
+
 // fleetParts are the coordinators distributed concurrency gates meet in:
 // Redis on --redis-url (with --store redis), PostgreSQL on --postgres-url.
 // Either is nil when not configured; a gate that names it is refused at
@@ -54,7 +63,7 @@ func newFleet(ctx context.Context, c *serveConfig, client redis.UniversalClient,
 			return nil, fmt.Errorf("--postgres-url %s: %v", Redact(c.postgresURL), redactErr(err, c.postgresURL))
 		}
 		f.closers = append(f.closers, pool.Close)
-		sctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+		sctx, cancel := context.WithTimeout(ctx, schemaTimeout)
 		pc, err := pgcoord.New(sctx, pool, pgcoord.Options{ServerTime: true})
 		cancel()
 		if err != nil {

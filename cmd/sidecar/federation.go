@@ -117,7 +117,7 @@ func newFederation(ctx context.Context, c *serveConfig, regional redis.Universal
 			return nil, fmt.Errorf("--federation-url %s: %v", Redact(c.federationURL), redactErr(err, c.federationURL))
 		}
 		f.closers = append(f.closers, pool.Close)
-		sctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+		sctx, cancel := context.WithTimeout(ctx, schemaTimeout)
 		coord, err := pgcoord.New(sctx, pool, pgcoord.Options{ServerTime: true})
 		cancel()
 		if err != nil {
