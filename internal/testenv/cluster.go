@@ -247,6 +247,18 @@ func (c *Cluster) URL() string {
 // to read or write), closed on cleanup. MOVED and ASK are still followed:
 // the ClusterClient's MaxRedirects (default 3) is separate from MaxRetries.
 func (c *Cluster) Client() *redis.ClusterClient {
+	return c.client(200*time.Millisecond, 500*time.Millisecond)
+}
+
+// PatientClient is Client with StoreDeadline to dial, read and write: for a
+// test that judges answers (redirects followed, counts kept), not the
+// store's latency, on a machine whose load can stall a round trip past
+// Client's 500ms. Closed on cleanup.
+func (c *Cluster) PatientClient() *redis.ClusterClient {
+	return c.client(StoreDeadline, StoreDeadline)
+}
+
+func (c *Cluster) client(dial, rw time.Duration) *redis.ClusterClient {
 	// The sidecar drops "+cluster" from the scheme before go-redis parses it.
 	o, err := redis.ParseClusterURL(strings.Replace(c.URL(), "redis+cluster://", "redis://", 1))
 	if err != nil {
@@ -254,7 +266,7 @@ func (c *Cluster) Client() *redis.ClusterClient {
 	}
 	o.MaxRetries, o.DialerRetries = -1, 1
 	o.ContextTimeoutEnabled, o.Protocol = true, 2
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dial, rw, rw
 	cl := redis.NewClusterClient(o)
 	c.tb.Cleanup(func() { _ = cl.Close() })
 	return cl
@@ -308,6 +320,16 @@ func (c *Cluster) SlotOwner(slot int) (string, error) {
 		return "", err
 	}
 	return owners[slot], nil
+}
+
+// SlotOwners returns the address of the primary serving each slot, as the
+// first node sees it: SlotOwner for every slot in one CLUSTER SLOTS, for a
+// test that looks up many (a connection and a round trip per slot add up
+// to seconds on a loaded machine).
+func (c *Cluster) SlotOwners() ([16384]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	return c.owners(ctx, c.Addrs[0])
 }
 
 // KeySlot returns the slot of a Redis key name (CLUSTER KEYSLOT).

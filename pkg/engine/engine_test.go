@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
@@ -33,9 +34,15 @@ func load(t testing.TB, files map[string]string) *policy.Set {
 	return set
 }
 
+// newEngine returns an engine on s loaded with files, closed on cleanup.
+// Its store calls are bounded by testenv.StoreDeadline, not gale's 50ms: the
+// tests that use it judge answers, not the store's latency, and a loaded
+// machine misses 50ms now and then (TestFairnessAcrossAFleetRedis failed
+// so, on a Decide whose store call timed out). A test about the store
+// timeout builds its engine with the timeout it measures.
 func newEngine(t testing.TB, s gale.Store, files map[string]string) *engine.Engine {
 	t.Helper()
-	e, err := engine.New(engine.Options{Store: s})
+	e, err := engine.New(engine.Options{Store: s, StoreTimeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,8 +156,33 @@ func TestRedisKilledFollowsPolicyAndRecovers(t *testing.T) {
 	closed := newLimiter(t, s, gale.Config{Rule: perMinute(100), OnStoreError: gale.FailClosed, StoreTimeout: timeout})
 	open := newLimiter(t, s, gale.Config{Rule: perMinute(100), Mode: gale.Leased, OnStoreError: gale.FailOpen, StoreTimeout: timeout})
 	now := storetest.Timeline()
-	if !mustCheck(t, closed, "k", 1, now).Allowed {
-		t.Fatal("denied with Redis up")
+	// decided checks k on closed until Redis decides, and returns that
+	// decision. A check on a live server within the 50ms this test
+	// measures below is missed now and then on a loaded machine (a new
+	// connection, a script loaded), and answers by the policy; what must
+	// hold is that Redis decides, so it asks again, saying how often it
+	// fell back, and fails only when no check got through in 10 s.
+	decided := func(what string) gale.Decision {
+		t.Helper()
+		began := time.Now()
+		var d gale.Decision
+		fallbacks := 0
+		if !testenv.Eventually(func() bool {
+			d = mustCheck(t, closed, "k", 1, now)
+			if d.Fallback {
+				fallbacks++
+			}
+			return !d.Fallback
+		}) {
+			t.Fatalf("%s: no check decided by Redis in %v (%d answered by the policy): %+v", what, time.Since(began), fallbacks, d)
+		}
+		if fallbacks > 0 {
+			t.Logf("%s: %d checks answered by the policy in the %v before Redis decided (the machine missed the %v timeout)", what, fallbacks, time.Since(began), timeout)
+		}
+		return d
+	}
+	if d := decided("with Redis up"); !d.Allowed {
+		t.Fatalf("denied with Redis up: %+v", d)
 	}
 	srv.Kill()
 	for i := 0; i < 5; i++ {
@@ -174,8 +199,9 @@ func TestRedisKilledFollowsPolicyAndRecovers(t *testing.T) {
 		}
 	}
 	srv.Restart() // returns once the new server answers
-	if d, err := closed.Check(bg, "k", 1, now); err != nil || !d.Allowed || d.Fallback {
-		t.Fatalf("the first check after Redis came back: %+v, %v", d, err)
+	// The new server is empty: the first check it decides admits.
+	if d := decided("after Redis came back"); !d.Allowed {
+		t.Fatalf("the first check Redis decided after it came back: %+v", d)
 	}
 }
 
@@ -184,13 +210,16 @@ func TestRedisKilledFollowsPolicyAndRecovers(t *testing.T) {
 // window ends, measured on the node's clock.
 func TestServerTimeCouplesToRedisClock(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	s, err := redisstore.New(srv.Client(), redisstore.Options{ServerTime: true})
+	// The test judges which clock ends the credits, not latency: its store
+	// calls have deadlines a loaded machine cannot miss (gale's 50ms
+	// default failed a check so).
+	s, err := redisstore.New(srv.Client(), redisstore.Options{ServerTime: true, Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	rec := &grantRecorder{Store: s}
-	l := newLimiter(t, rec, gale.Config{Rule: gale.Rule{Algorithm: gale.FixedWindow, Limit: 1000, Period: time.Hour}, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10}})
+	l := newLimiter(t, rec, gale.Config{Rule: gale.Rule{Algorithm: gale.FixedWindow, Limit: 1000, Period: time.Hour}, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10}, StoreTimeout: testenv.StoreDeadline})
 	local := time.Now().Add(-10 * time.Minute).Truncate(time.Microsecond)
 	mustCheck(t, l, "k", 1, local)
 	g := rec.last()

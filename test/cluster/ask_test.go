@@ -21,14 +21,18 @@ import (
 // Every check must be admitted exactly once: the remainings of each key are
 // distinct and the count stored is the number of checks. After the slot is
 // assigned to B, the client's stale slot map gets MOVED, which it follows.
+// It judges counts, not latency: its client and store have deadlines a
+// loaded machine cannot miss (testenv.StoreDeadline).
 func TestPipelineFollowsAskAndMoved(t *testing.T) {
 	cl := testenv.StartCluster(t, 3)
-	s, err := redisstore.New(cl.Client(), redisstore.Options{Pipelines: 1})
+	s, err := redisstore.New(cl.PatientClient(), redisstore.Options{Pipelines: 1, Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	// One deadline for all the test's calls, each of which the store also
+	// bounds by StoreDeadline.
+	ctx, cancel := context.WithTimeout(bg, 2*testenv.StoreDeadline)
 	defer cancel()
 	rule := gale.Rule{Algorithm: gale.FixedWindow, Limit: 1000, Period: time.Hour}
 	// "same" and "same}2" are stored as tk:{same} and tk:{same}2}: one hash

@@ -23,13 +23,16 @@ var windowedModes = []string{"strict", "cached_deny", "leased", "leased_uncouple
 // key of each candidate value, and asks Redis for its slot (CLUSTER KEYSLOT).
 func pickKeys(t *testing.T, cl *testenv.Cluster, e *engine.Engine, from string, n int) []trackedKey {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
-	defer cancel()
+	// The slots' owners are read once: a CLUSTER SLOTS per slot looked up
+	// took the 20 seconds this setup once had on a loaded machine, and
+	// the probe that followed failed with "context deadline exceeded".
+	owners, err := cl.SlotOwners()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var lowest []int // the n lowest slots of from
 	for s := 0; s < 16384 && len(lowest) < n; s++ {
-		if o, err := cl.SlotOwner(s); err != nil {
-			t.Fatal(err)
-		} else if o == from {
+		if owners[s] == from {
 			lowest = append(lowest, s)
 		}
 		if len(lowest) == 0 && s > 0 {
@@ -42,7 +45,7 @@ func pickKeys(t *testing.T, cl *testenv.Cluster, e *engine.Engine, from string, 
 	}
 	var keys []trackedKey
 	for _, m := range windowedModes {
-		probe := redisKeyOf(t, ctx, cl, e, m, "probe")
+		probe := redisKeyOf(t, cl, e, m, "probe")
 		base := strings.TrimSuffix(probe, "5:probe}")
 		var moving, staying []trackedKey
 		for i := 0; i < 400 && (len(moving) < 3 || len(staying) < 1); i++ {
@@ -52,10 +55,7 @@ func pickKeys(t *testing.T, cl *testenv.Cluster, e *engine.Engine, from string, 
 			if err != nil {
 				t.Fatal(err)
 			}
-			if k.owner, err = cl.SlotOwner(slot); err != nil {
-				t.Fatal(err)
-			}
-			k.slot, k.moves = slot, moved[slot]
+			k.owner, k.slot, k.moves = owners[slot], slot, moved[slot]
 			switch {
 			case k.moves && len(moving) < 3:
 				moving = append(moving, k)
@@ -72,9 +72,14 @@ func pickKeys(t *testing.T, cl *testenv.Cluster, e *engine.Engine, from string, 
 }
 
 // redisKeyOf makes one check of (mode, value) and returns the name of the
-// one Redis key holding it, found on the cluster's primaries.
-func redisKeyOf(t *testing.T, ctx context.Context, cl *testenv.Cluster, e *engine.Engine, mode, value string) string {
+// one Redis key holding it, found on the cluster's primaries. Its calls are
+// setup, not measured: one deadline a loaded machine cannot miss bounds
+// them, the engine's own (testenv.StoreDeadline in TestLiveReshard) each
+// check.
+func redisKeyOf(t *testing.T, cl *testenv.Cluster, e *engine.Engine, mode, value string) string {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(bg, testenv.StoreDeadline)
+	defer cancel()
 	if _, err := e.Decide(ctx, request(mode, value, 1), time.Now()); err != nil {
 		t.Fatalf("probe %s: %v", mode, err)
 	}
