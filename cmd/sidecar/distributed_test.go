@@ -184,9 +184,7 @@ func TestServeReloadKeepsTheGateInItsFleet(t *testing.T) {
 	before := record()
 
 	edited := strings.Replace(fleetPolicy, "min_limit: 10", "min_limit: 5", 1)
-	if err := os.WriteFile(file, []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFileAtomic(t, file, []byte(edited)) // whole: the watcher never reads half of it
 	if !testenv.Eventually(func() bool { return len(logRecords(t, s.stderr.String(), "policy loaded")) == 2 }) {
 		t.Fatalf("the edit was not reloaded:\n%s", s.stderr.String())
 	}
@@ -205,9 +203,7 @@ func TestServeReloadKeepsTheGateInItsFleet(t *testing.T) {
 		t.Fatalf("after the edit: /readyz %d %q, ceiling %v; want ready at 10", code, body, s.fleetGauge(t, "throttlekit_gate_fleet_ceiling"))
 	}
 
-	if err := os.WriteFile(file, []byte(strings.Replace(edited, "distributed:", "# distributed:", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFileAtomic(t, file, []byte(strings.Replace(edited, "distributed:", "# distributed:", 1)))
 	if !testenv.Eventually(func() bool { return len(logRecords(t, s.stderr.String(), "policy loaded")) == 3 }) {
 		t.Fatalf("the dropped gate was not reloaded:\n%s", s.stderr.String())
 	}

@@ -80,9 +80,10 @@ func TestReloadKeepsThePolicyWhenTheOnlyFileGoes(t *testing.T) {
 
 	watching := make(chan error, 1)
 	go func() { watching <- r.watch(ctx) }()
-	// The watcher is up once it sees a file that is no policy change.
+	// The watcher is up once it sees a file that is no policy change: each
+	// try writes it whole, as every write a watcher may read must be.
 	if !testenv.Eventually(func() bool {
-		_ = os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("x"), 0o644)
+		testenv.WriteFileAtomic(t, filepath.Join(dir, "notes.txt"), []byte("x"))
 		return len(logRecords(t, logs.String(), "policy directory changed")) > 0
 	}) {
 		t.Fatal("the watcher saw no change in 10s")
@@ -129,17 +130,18 @@ func TestRestoringTheFileEndsTheFailure(t *testing.T) {
 	defer cancel()
 	go r.watch(ctx) //nolint:errcheck // ends with ctx
 	failing := func() float64 { return gathered(t, m.reg, "throttlekit_policy_reload_failing", nil) }
+	// The bad edit is written again until it is seen (the watcher may not
+	// be up yet), each time whole: a half-written file would be a failure
+	// and a success of its own.
 	if !testenv.Eventually(func() bool {
-		_ = os.WriteFile(file, []byte("domain: a\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n"), 0o644)
+		testenv.WriteFileAtomic(t, file, []byte("domain: a\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n"))
 		return failing() == 1
 	}) {
 		t.Fatalf("a bad edit did not set throttlekit_policy_reload_failing:\n%s", logs.String())
 	}
 	success := reloads(t, m, "success")
-	if !testenv.Eventually(func() bool {
-		_ = os.WriteFile(file, []byte(reloadPolicy), 0o644)
-		return failing() == 0
-	}) {
+	testenv.WriteFileAtomic(t, file, []byte(reloadPolicy)) // the watcher is up: once is enough
+	if !testenv.Eventually(func() bool { return failing() == 0 }) {
 		t.Fatalf("restoring the good file left throttlekit_policy_reload_failing at 1:\n%s", logs.String())
 	}
 	if got := reloads(t, m, "success"); got != success+1 {
@@ -205,9 +207,7 @@ func TestServeReloadKeepsCountsInRedis(t *testing.T) {
 	if got := useUp(); got != 6 {
 		t.Fatalf("the day admitted %d, want 6", got)
 	}
-	if err := os.WriteFile(file, []byte(countedEdited), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFileAtomic(t, file, []byte(countedEdited))
 	for i, s := range sidecars {
 		if !testenv.Eventually(func() bool { return len(logRecords(t, s.stderr.String(), "policy loaded")) == 2 }) {
 			t.Fatalf("sidecar %d did not reload the edit:\n%s", i, s.stderr.String())

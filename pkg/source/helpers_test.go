@@ -1,14 +1,15 @@
 package source_test
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
 )
 
+// writeFile writes dir/name whole (testenv.WriteFileAtomic): a watcher
+// may be reading the directory.
 func writeFile(t *testing.T, dir, name, data string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFileAtomic(t, filepath.Join(dir, name), []byte(data))
 }

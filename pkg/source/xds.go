@@ -132,7 +132,11 @@ func (x *XDS) Run(ctx context.Context, apply Apply) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := watchDir(ctx, dir, x.opts.OverlayDebounce, x.log, nil, func() []string { x.reapply(ctx, apply); return nil }); err != nil {
+			if err := watchDir(ctx, dir, x.opts.OverlayDebounce, x.log, nil, func() (func(), []string) {
+				// The overlay is read by the judge, under x.mu with the push it
+				// is built on; the empty-file hold still applies.
+				return func() { x.reapply(ctx, apply) }, nil
+			}); err != nil {
 				x.log.Error("overlay not watched: its changes apply at the next push", "overlay", dir, "error", err)
 			}
 		}()
