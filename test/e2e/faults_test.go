@@ -166,8 +166,11 @@ func TestE2EFaults(t *testing.T) {
 		args:  []string{"--region", "faults", "--federation-url", behind, "--federation-timeout", fedTimeout.String()},
 		files: map[string]string{"faults.yaml": faultPolicy()}})
 
+	// A call's deadline is the harness's outer bound, not a judgement:
+	// answer times are judged against the bands below, which a deadline
+	// cut short would preempt on a loaded machine.
 	call := func(rule, value string) (*rlsv3.RateLimitResponse, error, time.Duration) {
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		ctx, cancel := context.WithTimeout(context.Background(), sampleDeadline)
 		defer cancel()
 		start := time.Now()
 		resp, err := s.rls.ShouldRateLimit(ctx, request("faults", desc(rule, value)))
@@ -188,6 +191,10 @@ func TestE2EFaults(t *testing.T) {
 			t.Fatalf("%s: %v", rule, err)
 		}
 	}
+	// The scrapes are not measured: a loaded machine answered GET
+	// /metrics in more than the harness's 5 s (load average 43), and
+	// only a sidecar that answers nothing should stop the test.
+	s.http.Timeout = sampleDeadline
 	goroutines := func() float64 { return s.metrics(t).get("go_goroutines") }
 	storeErrors := func() float64 { return s.metrics(t).get("throttlekit_store_errors_total") }
 	base := goroutines()
@@ -402,7 +409,7 @@ func drain(t *testing.T, s *sidecar, faultName, rule, value, policy string, limi
 		before := fallbacks()
 		oks, denied, unavailable := 0, false, false
 		for range limit {
-			ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+			ctx, cancel := context.WithTimeout(context.Background(), sampleDeadline)
 			resp, err := s.rls.ShouldRateLimit(ctx, request("faults", desc(rule, value)))
 			cancel()
 			if policy == "error" && status.Code(err) == codes.Unavailable {
