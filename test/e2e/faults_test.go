@@ -218,6 +218,10 @@ func TestE2EFaults(t *testing.T) {
 			// needs (a call over the timeout on a loaded machine, before the
 			// fault, is one).
 			errsTraffic := storeErrors()
+			// The rules count per hour: a run (its traffic and its drain)
+			// that an hour's end cut in two counted in two windows, and a
+			// loaded machine makes the run long enough to meet one.
+			window := windowEnd(time.Now(), time.Hour)
 			meter := measureLateness()
 			for w := range 6 {
 				wg.Add(1)
@@ -304,6 +308,7 @@ func TestE2EFaults(t *testing.T) {
 			if allowed := max(0.01, 2*slowShare) * float64(len(all)+len(fed)); !f.fallsBack && failed > allowed {
 				t.Errorf("%s: %v of %d store calls failed, want ≤ %.0f (1%%, or twice the %.1f%% of calls over 25 ms before the fault): the fault should stay under the store timeout", f.name, failed, len(all)+len(fed), allowed, 100*slowShare)
 			}
+			var overBound []string         // count bounds broken; judged below unless a window ended
 			overAdmitted, stranded := 0, 0 // the most over a bound; the most credits a leased rule left unusable
 			for _, rule := range rules {
 				a := got[rule]
@@ -332,8 +337,8 @@ func TestE2EFaults(t *testing.T) {
 				total := a.ok + more
 				overAdmitted = max(overAdmitted, total-bound(mode, policy))
 				if total > bound(mode, policy) {
-					t.Errorf("%s, %s: admitted %d during the fault and %d after healing: %d > the mode's bound %d",
-						f.name, rule, a.ok, more, total, bound(mode, policy))
+					overBound = append(overBound, fmt.Sprintf("%s, %s: admitted %d during the fault and %d after healing: %d > the mode's bound %d",
+						f.name, rule, a.ok, more, total, bound(mode, policy)))
 				}
 				if strings.HasPrefix(mode, "leased") || mode == "federated" {
 					stranded = max(stranded, faultLimit-total)
@@ -358,12 +363,20 @@ func TestE2EFaults(t *testing.T) {
 			row := fmt.Sprintf("| %s | %d | %v | %v | %v | %v | %s | %d | %d | %v |", f.name, len(all)+len(fed), failed,
 				p99.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), fedWorst.Round(100*time.Microsecond), strings.Join(answered, "; "),
 				max(0, overAdmitted), max(0, stranded), recovery.Round(time.Millisecond))
+			// An hour ends once in a run at most, so this ends.
+			if windowEnd(time.Now(), time.Hour) != window {
+				t.Logf("%s, run %d: an hour's window ended during the run, so its counts are in two windows and not judged (%d over a bound); again on new values", f.name, attempt, len(overBound))
+				continue
+			}
+			for _, over := range overBound {
+				t.Error(over)
+			}
 			if len(slowAnswers) == 0 {
 				rows = append(rows, row)
 				break
 			}
 			spoiled = append(spoiled, fmt.Sprintf("run %d: %d answers too slow under load average %s", attempt, len(slowAnswers), loadAverage()))
-			if attempt == judgeAttempts {
+			if attempt >= judgeAttempts {
 				for _, slow := range slowAnswers {
 					t.Error(slow)
 				}
