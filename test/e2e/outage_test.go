@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,28 +34,97 @@ var storeErrorCases = []storeErrorCase{
 }
 
 // checkFallbacks asks each on_store_error rule rounds times while the store
-// fails: each answer must be its policy's, within answerBound.
-func checkFallbacks(t *testing.T, s *sidecar, rounds int) {
+// fails: each answer must be its policy's, within answerBound, widened by
+// twice the most this process's timers fired late meanwhile (the sidecar's
+// store timeout fires late on a loaded machine, and the test reads the
+// answer late, by about as much). It returns what it found wrong, for the
+// caller to report or, when the failure ended before the checks did, to
+// set aside; and the span the checks took.
+func checkFallbacks(t *testing.T, s *sidecar, rounds int) (problems []string, took time.Duration) {
 	t.Helper()
-	var slowest time.Duration
-	defer func() { t.Logf("slowest answer with the store failing: %v", slowest) }()
+	type answer struct {
+		key   string
+		round int
+		took  time.Duration
+	}
+	var answers []answer
+	meter := measureLateness()
+	began := time.Now()
 	for round := 1; round <= rounds; round++ {
 		for _, c := range storeErrorCases {
 			start := time.Now()
-			resp, err := s.call(request("e2e", desc(c.key, unique(t, fmt.Sprint(c.key, round)))))
-			took := time.Since(start)
-			slowest = max(slowest, took)
+			resp, err := s.call(request("e2e", desc(c.key, unique(t, fmt.Sprint(c.key, round, began.UnixNano())))))
+			answers = append(answers, answer{c.key, round, time.Since(start)})
 			switch {
 			case status.Code(err) != c.code:
-				t.Errorf("%s, round %d: error %v (code %v), want code %v", c.key, round, err, status.Code(err), c.code)
+				problems = append(problems, fmt.Sprintf("%s, round %d: error %v (code %v), want code %v", c.key, round, err, status.Code(err), c.code))
 			case err == nil && resp.GetOverallCode() != c.overall:
-				t.Errorf("%s, round %d: overall %v, want %v (its on_store_error policy): %v", c.key, round, resp.GetOverallCode(), c.overall, resp)
-			}
-			if took > answerBound {
-				t.Errorf("%s, round %d: answered in %v, want under %v (store timeout %v)", c.key, round, took, answerBound, storeTimeout)
+				problems = append(problems, fmt.Sprintf("%s, round %d: overall %v, want %v (its on_store_error policy): %v", c.key, round, resp.GetOverallCode(), c.overall, resp))
 			}
 		}
 	}
+	took = time.Since(began)
+	late := meter.end()
+	bound := answerBound + 2*late
+	var slowest time.Duration
+	for _, a := range answers {
+		slowest = max(slowest, a.took)
+		if a.took > bound {
+			problems = append(problems, fmt.Sprintf("%s, round %d: answered in %v, want under %v (store timeout %v, plus 250 ms, plus twice the %v this process's timers fired late; load average %s)",
+				a.key, a.round, a.took, bound, storeTimeout, late, loadAverage()))
+		}
+	}
+	t.Logf("slowest answer with the store failing: %v (bound %v; timers up to %v late)", slowest, bound, late)
+	return problems, took
+}
+
+// runFromRedis runs fromRedis's steps on values of tag. They are store
+// calls the test does not measure, made under the default 50 ms store
+// timeout that the outage cases measure: a loaded machine can miss it, and
+// then on_store_error answers and the steps judge nothing. A run in which a
+// check's store call failed (throttlekit_store_errors_total{op="check"}
+// grew) says so and is made again on new values; only judgeAttempts such
+// runs fail, naming the load each saw. Wrong answers with every store call
+// succeeding fail at once.
+func runFromRedis(t *testing.T, s *sidecar, tag string) {
+	t.Helper()
+	var spoiled []string
+	for attempt := 1; attempt <= judgeAttempts; attempt++ {
+		before := s.metrics(t).get("throttlekit_store_errors_total", "op", "check")
+		wrong := stepMismatches(s, fromRedis(t, fmt.Sprint(tag, attempt)))
+		failed := s.metrics(t).get("throttlekit_store_errors_total", "op", "check") - before
+		if failed == 0 {
+			for _, w := range wrong {
+				t.Error(w)
+			}
+			return
+		}
+		spoiled = append(spoiled, fmt.Sprintf("%v store calls failed (load average %s)", failed, loadAverage()))
+		t.Logf("%s, run %d: %s with Redis up, so on_store_error answered and nothing is judged (%d answers off); again on new values", tag, attempt, spoiled[len(spoiled)-1], len(wrong))
+	}
+	t.Errorf("%s: in each of %d runs of the steps a store call failed with Redis up: %s", tag, judgeAttempts, strings.Join(spoiled, "; "))
+}
+
+// stepMismatches is runSteps reporting instead of failing: a line for each
+// call whose answer differs from its step's.
+func stepMismatches(s *sidecar, steps []step) []string {
+	var wrong []string
+	for i, st := range steps {
+		resp, err := s.call(st.req)
+		if err != nil {
+			wrong = append(wrong, fmt.Sprintf("step %d (%s): %v", i+1, st.what, err))
+			continue
+		}
+		got := make([]string, len(resp.GetStatuses()))
+		for j, ds := range resp.GetStatuses() {
+			got[j] = statusLine(ds)
+		}
+		if resp.GetOverallCode() != st.overall || strings.Join(got, "\n") != strings.Join(st.statuses, "\n") {
+			wrong = append(wrong, fmt.Sprintf("step %d (%s):\n got overall %v, statuses\n\t%s\nwant overall %v, statuses\n\t%s",
+				i+1, st.what, resp.GetOverallCode(), strings.Join(got, "\n\t"), st.overall, strings.Join(st.statuses, "\n\t")))
+		}
+	}
+	return wrong
 }
 
 // fromRedis are the answers when Redis decides, on fresh values: the first
@@ -96,16 +166,53 @@ func redisDecides(t *testing.T, s *sidecar) func() (bool, string) {
 // testRedisOutage kills Redis under a running sidecar: every rule answers by
 // its on_store_error policy within the store timeout and /readyz turns 503;
 // once Redis is back (empty), /readyz is 200 and Redis decides again within
-// a second.
+// a second. That second is judged in wall time: a restart the load made
+// slower (the time is logged with how late this process's own timers
+// fired) is made again, and only judgeAttempts slow ones fail, naming the
+// load each saw. Never deciding again fails at once.
 func testRedisOutage(t *testing.T, o options) {
 	r := testenv.StartRedis(t)
 	o.redisURL = r.URL()
 	s := startSidecar(t, o)
-	runSteps(t, s, fromRedis(t, "before"))
-	before := s.metrics(t)
+	runFromRedis(t, s, "before")
 
+	var slow []string
+	for attempt := 1; ; attempt++ {
+		killRedis(t, r, s)
+		r.Restart()
+		meter := measureLateness()
+		restarted := time.Now()
+		// Far past the second judged: a sidecar that never decides again
+		// is told from a slow one.
+		waitFor(t, startDeadline, "GET /readyz 200 after Redis restarted", readyz(s, http.StatusOK))
+		ready := time.Since(restarted)
+		waitFor(t, startDeadline, "Redis deciding again after its restart (outage_deny still falls back)", redisDecides(t, s))
+		decides := time.Since(restarted)
+		late := meter.end()
+		t.Logf("after the restart: /readyz 200 in %v, Redis deciding in %v (timers up to %v late, load average %s)", ready, decides, late, loadAverage())
+		if decides <= time.Second {
+			break
+		}
+		slow = append(slow, fmt.Sprintf("%v with timers up to %v late, load average %s", decides, late, loadAverage()))
+		if attempt == judgeAttempts {
+			t.Fatalf("Redis deciding again (and /readyz 200) more than 1s after its restart, in %d restarts: %s", attempt, strings.Join(slow, "; "))
+		}
+		t.Logf("restart %d: Redis decided again only %v after it, want ≤ 1s; killing and restarting again", attempt, decides)
+	}
+	runFromRedis(t, s, "after")
+}
+
+// killRedis kills r under s: every on_store_error rule answers by its
+// policy within the store timeout, /readyz turns 503, and the store metrics
+// count the failed checks.
+func killRedis(t *testing.T, r *testenv.Redis, s *sidecar) {
+	t.Helper()
+	before := s.metrics(t)
 	r.Kill()
-	checkFallbacks(t, s, 3)
+	problems, _ := checkFallbacks(t, s, 3)
+	for _, p := range problems {
+		t.Error(p)
+	}
 	waitFor(t, 2*time.Second, "GET /readyz answers 503 with Redis down", readyz(s, http.StatusServiceUnavailable))
 	after := s.metrics(t)
 	if got := after.get("throttlekit_store_up"); got != 0 {
@@ -120,46 +227,51 @@ func testRedisOutage(t *testing.T, o options) {
 	if got := after.get("throttlekit_store_errors_total", "op", "check") - before.get("throttlekit_store_errors_total", "op", "check"); got < 9 {
 		t.Errorf(`throttlekit_store_errors_total{op="check"} grew by %v over 9 failed checks, want ≥ 9`, got)
 	}
-
-	r.Restart()
-	restarted := time.Now()
-	ready, isReady, why := poll(time.Second, readyz(s, http.StatusOK))
-	if !isReady {
-		t.Errorf("GET /readyz not 200 within 1s of Redis restarting; last: %s", why)
-	}
-	decides, redisBack, why := poll(time.Second-time.Since(restarted), redisDecides(t, s))
-	if !redisBack {
-		t.Fatalf("Redis not deciding within 1s of its restart (outage_deny still falls back); last: %s", why)
-	}
-	t.Logf("after the restart: /readyz 200 in %v, Redis deciding %v after it", ready, decides)
-	runSteps(t, s, fromRedis(t, "after"))
 }
 
 // testRedisStall pauses Redis (CLIENT PAUSE: connections stay open, no
 // command is answered), the failure a kill does not show: the store calls
 // time out rather than fail at once. Every rule must still answer by its
 // on_store_error policy within the store timeout, "error" as UNAVAILABLE.
+// The checks must end within the pause: on a machine so loaded that they
+// outlast it, what they saw is not judged (the pause ended under them); the
+// test says so, pauses again, and only judgeAttempts such runs fail.
 func testRedisStall(t *testing.T, o options) {
 	r := testenv.StartRedis(t)
 	o.redisURL = r.URL()
 	s := startSidecar(t, o)
-	runSteps(t, s, fromRedis(t, "before"))
+	runFromRedis(t, s, "before")
 
 	const pause = 2 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-	defer cancel()
-	if err := r.Client().Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
-		t.Fatalf("CLIENT PAUSE: %v", err)
-	}
-	paused := time.Now()
-	checkFallbacks(t, s, 2)
-	if code, body, err := s.get("/readyz"); err != nil || code != http.StatusServiceUnavailable {
-		t.Errorf("GET /readyz with Redis paused: %d %q %v; want 503", code, body, err)
-	}
-	if time.Since(paused) > pause {
-		t.Fatalf("the checks outlasted the %v pause: nothing was tested", pause)
+	var outlasted []string
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		err := r.Client().Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err()
+		cancel()
+		if err != nil {
+			t.Fatalf("CLIENT PAUSE: %v", err)
+		}
+		paused := time.Now()
+		problems, took := checkFallbacks(t, s, 2)
+		code, body, err := s.get("/readyz")
+		if since := time.Since(paused); since <= pause {
+			for _, p := range problems {
+				t.Error(p)
+			}
+			if err != nil || code != http.StatusServiceUnavailable {
+				t.Errorf("GET /readyz with Redis paused: %d %q %v; want 503", code, body, err)
+			}
+			break
+		}
+		outlasted = append(outlasted, fmt.Sprintf("checks %v, /readyz %v after the pause began (load average %s)", took, time.Since(paused), loadAverage()))
+		if attempt == judgeAttempts {
+			t.Fatalf("the checks outlasted the %v pause in %d runs, so nothing was tested: %s", pause, attempt, strings.Join(outlasted, "; "))
+		}
+		t.Logf("run %d: the checks outlasted the %v pause (%s), so what they saw is not judged (%d answers off); pausing again",
+			attempt, pause, outlasted[len(outlasted)-1], len(problems))
+		waitFor(t, pause+time.Second, "Redis deciding again after the pause", redisDecides(t, s))
 	}
 	waitFor(t, pause+time.Second, "Redis deciding again after the pause", redisDecides(t, s))
 	waitFor(t, time.Second, "GET /readyz 200 after the pause", readyz(s, http.StatusOK))
-	runSteps(t, s, fromRedis(t, "after"))
+	runFromRedis(t, s, "after")
 }

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -51,9 +53,30 @@ func (headerStamp) HandleConn(context.Context, stats.ConnStats)                 
 // testSigtermDrain keeps 16 callers busy, sends SIGTERM, and checks that
 // the process exits with status 0 and drained: every call sent before the
 // signal was answered, and every later call was answered or refused with
-// UNAVAILABLE.
+// UNAVAILABLE. Whether a call is in flight at the instant of the signal is
+// up to the scheduler: a run that caught none did not exercise the drain,
+// and is made again with a new sidecar; only judgeAttempts such runs fail,
+// naming the load each saw.
 func testSigtermDrain(t *testing.T, o options) {
-	o.dial = append(o.dial, grpc.WithStatsHandler(headerStamp{}))
+	// The test measures the drain, not the store: a Redis call a loaded
+	// machine makes slower than the default 50 ms would fail a call sent
+	// before the signal (the drain rule's on_store_error is error).
+	o.args = append(slices.Clone(o.args), "--store-timeout", slackStoreTimeout.String())
+	o.dial = append(slices.Clone(o.dial), grpc.WithStatsHandler(headerStamp{}))
+	var missed []string
+	for range judgeAttempts {
+		if sigtermDrain(t, o) > 0 || t.Failed() {
+			return
+		}
+		missed = append(missed, loadAverage())
+		t.Logf("no call was in flight when SIGTERM was sent (load average %s): the drain was not exercised; again with a new sidecar", missed[len(missed)-1])
+	}
+	t.Errorf("no call was in flight when SIGTERM was sent, in %d runs (load averages %s): the drain was not exercised", judgeAttempts, strings.Join(missed, "; "))
+}
+
+// sigtermDrain is one run of testSigtermDrain; it returns how many calls
+// sent before the signal were still in flight at it.
+func sigtermDrain(t *testing.T, o options) int {
 	s := startSidecar(t, o)
 	v := unique(t, "v")
 
@@ -88,7 +111,7 @@ func testSigtermDrain(t *testing.T, o options) {
 			}
 		})
 	}
-	waitFor(t, 10*time.Second, "200 calls answered before the signal", func() (bool, string) {
+	waitFor(t, sampleDeadline, "200 calls answered before the signal", func() (bool, string) {
 		n := answered.Load()
 		return n >= 200, fmt.Sprintf("answered so far: %d", n)
 	})
@@ -125,9 +148,6 @@ func testSigtermDrain(t *testing.T, o options) {
 		}
 	}
 	t.Logf("%d calls: %d sent before SIGTERM, %d of them still in flight at the signal; %d refused (UNAVAILABLE) after", len(records), sentBefore, inFlight, refused)
-	if inFlight == 0 {
-		t.Errorf("no call was in flight when SIGTERM was sent: the drain was not exercised")
-	}
 	if _, err := s.call(request("e2e", desc("drain", v))); status.Code(err) != codes.Unavailable {
 		t.Errorf("a call after the exit: %v, want UNAVAILABLE", err)
 	}
@@ -136,4 +156,5 @@ func testSigtermDrain(t *testing.T, o options) {
 			t.Errorf("the log has no %q line", msg)
 		}
 	}
+	return inFlight
 }
