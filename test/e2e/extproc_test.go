@@ -192,7 +192,7 @@ func TestE2EExtProcGate(t *testing.T) {
 // hold and the clients' p95 over the wait left the gate room to rise, the
 // gate is at fault and the test fails. When it did not leave room, the
 // test cannot judge: it says so, naming that p95 and the machine's load,
-// and waits again, up to gateJudgeAttempts waits in all; then it fails,
+// and waits again, up to judgeAttempts waits in all; then it fails,
 // naming the load it saw.
 func waitGateRise(t *testing.T, what string, within time.Duration, lat *latencyLog, cond func() (bool, string)) {
 	t.Helper()
@@ -207,7 +207,7 @@ func waitGateRise(t *testing.T, what string, within time.Duration, lat *latencyL
 		case p95 < gateRiseBelow:
 			t.Fatalf("%s: still false after %v; last check: %s; the clients' p95 over the wait, %v (%d requests), was under the %v the gate rises below (load %s)",
 				what, within, why, p95, n, gateRiseBelow, loadAverage())
-		case attempt == gateJudgeAttempts:
+		case attempt == judgeAttempts:
 			t.Fatalf("%s: still false after %d waits of %v; last check: %s; the clients' p95 over the last, %v (%d requests), was again at or above the %v the gate rises below: "+
 				"the machine (load %s) is too loaded to judge the gate", what, attempt, within, why, p95, n, gateRiseBelow, loadAverage())
 		}

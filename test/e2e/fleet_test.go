@@ -192,7 +192,7 @@ func TestE2EFleetGate(t *testing.T) {
 // ids prefixed by prefix) and judges it with checkCoordinated. When the
 // run's overhead left the gate no room to rise, so its goodput could not
 // be judged, it runs the fleet again with fresh node ids (the last run's
-// records expire meanwhile), up to gateJudgeAttempts runs in all. It
+// records expire meanwhile), up to judgeAttempts runs in all. It
 // returns the last run.
 func judgeFleet(t *testing.T, run func(prefix string) *fleetRun) *fleetRun {
 	t.Helper()
@@ -202,7 +202,7 @@ func judgeFleet(t *testing.T, run func(prefix string) *fleetRun) *fleetRun {
 			prefix = fmt.Sprintf("again%d-", attempt)
 		}
 		r := run(prefix)
-		if checkCoordinated(t, r, attempt == gateJudgeAttempts) || t.Failed() {
+		if checkCoordinated(t, r, attempt == judgeAttempts) || t.Failed() {
 			return r
 		}
 	}
@@ -522,7 +522,7 @@ func checkCoordinated(t *testing.T, r *fleetRun, last bool) (judged bool) {
 		why := fmt.Sprintf("the path's overhead (p95 %v; the sampler's ticks up to %v apart, heartbeats up to %v) leaves the gate no room to rise past C (that needs under %v): "+
 			"the machine (load %s) is too loaded to judge the backend's mean of %.1f", overhead, r.sampleGap, r.beats.longest, room, loadAverage(), st.mean)
 		if last {
-			t.Errorf("%s: %s, and was in each of %d runs", r.name, why, gateJudgeAttempts)
+			t.Errorf("%s: %s, and was in each of %d runs", r.name, why, judgeAttempts)
 		} else {
 			t.Logf("%s: %s; measuring again", r.name, why)
 		}

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -13,26 +11,6 @@ import (
 // not the backend's. The gate tests therefore judge a rise only when the
 // latency the run itself measured leaves the gate room to rise, and say so,
 // naming what they measured and the machine's load, when it did not.
-
-// gateJudgeAttempts is how many times a gate test measures before it fails
-// a timing verdict it could not judge under the load it saw: the first
-// measurement and two more.
-const gateJudgeAttempts = 3
-
-// loadAverage is the machine's 1, 5 and 15 minute load averages as
-// /proc/loadavg gives them, or "unknown" where there is none: the load a
-// verdict names when it could not be judged.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
 
 // latencyLog keeps, for each request a gate admitted, when it ended and how
 // long it took as its client saw it, from sending the request headers to
