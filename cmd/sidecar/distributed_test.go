@@ -18,6 +18,12 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/adaptive/distributed/rediscoord"
 )
 
+// fleetPolicy is a distributed gate of 10 beating every 100 ms. Its lease
+// is 5 s, not the default two heartbeats: these tests judge counts (what a
+// fleet admits, whose record Redis holds), and a loaded machine stalls a
+// sidecar past 200 ms now and then, which fences it (it admits nothing)
+// until it beats again. Fencing is the distributed package's to test, on
+// its fake clock.
 const fleetPolicy = `
 concurrency:
   - name: backend
@@ -26,7 +32,7 @@ concurrency:
     min_limit: 10
     max_limit: 10
     initial_limit: 10
-    distributed: {coordinator: redis, heartbeat: 100ms}
+    distributed: {coordinator: redis, heartbeat: 100ms, lease_ttl: 5s}
 `
 
 // fleetGauge is the gate's value of a fleet metric on s, -1 without one.
@@ -157,7 +163,8 @@ func TestServeDuplicateNodeIDNotReady(t *testing.T) {
 // takes the record out of Redis.
 func TestServeReloadKeepsTheGateInItsFleet(t *testing.T) {
 	rdb := testenv.StartRedis(t)
-	coord, err := rediscoord.New(rdb.Client(), rediscoord.Options{})
+	// The test reads records; it does not time Redis.
+	coord, err := rediscoord.New(rdb.Client(), rediscoord.Options{Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +180,10 @@ func TestServeReloadKeepsTheGateInItsFleet(t *testing.T) {
 	}
 	record := func() distributed.Record {
 		recs, err := coord.Records(context.Background(), "backend")
-		if err != nil || len(recs) != 1 {
+		if err != nil {
+			t.Fatalf("reading the gate's records: %v", err)
+		}
+		if len(recs) != 1 {
 			return distributed.Record{}
 		}
 		return recs[0]
