@@ -39,7 +39,10 @@ func TestRedisConfigErrorsStopServe(t *testing.T) {
 		{"sentinel URL at a plain server", "redis://" + plain.Addr + "/0?master_name=mymaster", "unknown command 'sentinel'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := startServe(t, []string{"--store", "redis", "--redis-url", tc.url}, nil)
+			// storeDeadline: with 50ms, a loaded machine's slow dial or
+			// handshake fails the start check as a timeout, an outage, and
+			// serve serves instead of naming the refusal.
+			s := startServe(t, append([]string{"--store", "redis", "--redis-url", tc.url}, storeDeadline...), nil)
 			if s.grpcAddr != "" {
 				t.Fatalf("serve logged \"serving\" with --redis-url %s", Redact(tc.url))
 			}
@@ -68,7 +71,7 @@ func TestRedisDownAtStartServes(t *testing.T) {
 	t.Run("down, then up", func(t *testing.T) {
 		r := testenv.StartRedis(t)
 		r.Kill()
-		s := startServe(t, []string{"--store", "redis", "--redis-url", r.URL()},
+		s := startServe(t, append([]string{"--store", "redis", "--redis-url", r.URL()}, storeDeadline...),
 			map[string]string{"THROTTLEKIT_STORE_PROBE_INTERVAL": "20ms"})
 		if s.grpcAddr == "" {
 			t.Fatalf("serve stopped (exit %d) because Redis was down", s.code)
@@ -84,7 +87,7 @@ func TestRedisDownAtStartServes(t *testing.T) {
 	t.Run("right password", func(t *testing.T) {
 		r := testenv.StartRedis(t)
 		requirePassword(t, r, "s3cret-right")
-		s := startServe(t, []string{"--store", "redis", "--redis-url", "redis://:s3cret-right@" + r.Addr + "/0"}, nil)
+		s := startServe(t, append([]string{"--store", "redis", "--redis-url", "redis://:s3cret-right@" + r.Addr + "/0"}, storeDeadline...), nil)
 		if s.grpcAddr == "" {
 			t.Fatalf("serve stopped (exit %d) with the right password", s.code)
 		}

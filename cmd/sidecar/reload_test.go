@@ -173,8 +173,10 @@ func TestServeReloadKeepsCountsInRedis(t *testing.T) {
 	var clients []rlsv3.RateLimitServiceClient
 	var sidecars []*sidecar
 	for range 2 {
-		s := runServe(t, []string{"serve", "--policy", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
-			"--drain-timeout", "2s", "--reload-debounce", "10ms", "--store", "redis", "--redis-url", rdb.URL()}, func(string) string { return "" })
+		// storeDeadline: the test counts admissions; a check that missed
+		// 50ms on a loaded machine failed it UNAVAILABLE.
+		s := runServe(t, append([]string{"serve", "--policy", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
+			"--drain-timeout", "2s", "--reload-debounce", "10ms", "--store", "redis", "--redis-url", rdb.URL()}, storeDeadline...), func(string) string { return "" })
 		if s.grpcAddr == "" {
 			t.Fatalf("serve did not start:\n%s", s.stderr.String())
 		}

@@ -50,6 +50,15 @@ type sidecar struct {
 	code               int      // the exit code, when it returned before serving
 }
 
+// storeDeadline is the --store-timeout of a serve whose test judges its
+// answers, not how fast the store gives them. Serve's default (50ms) is a
+// production budget that a machine running two race-enabled suites misses
+// on a live local Redis; missed, a request answers UNAVAILABLE, a probe
+// reports the store down and the start check takes a refusal for an
+// outage, each in a test about something else. A Redis a test kills
+// refuses the connection at once, so this does not slow noticing it.
+var storeDeadline = []string{"--store-timeout", testenv.StoreDeadline.String()}
+
 // startServe runs `throttlekit serve` with args and the environment env,
 // on testPolicy, until it logs "serving" or returns. Cleanup stops it.
 func startServe(t *testing.T, args []string, env map[string]string) *sidecar {
@@ -243,7 +252,10 @@ func (st storeState) String() string {
 func TestStoreProbeDrivesReadiness(t *testing.T) {
 	r := testenv.StartRedis(t)
 	// The env twin, so the test runs (and fails) on a build without the flag.
-	s := startServe(t, []string{"--store", "redis", "--redis-url", r.URL()},
+	// The probe judges whether Redis answers, not how fast: storeDeadline,
+	// or a probe that misses 50ms on a loaded machine logs an outage that
+	// never was.
+	s := startServe(t, append([]string{"--store", "redis", "--redis-url", r.URL()}, storeDeadline...),
 		map[string]string{"THROTTLEKIT_STORE_PROBE_INTERVAL": "20ms"})
 	if s.grpcAddr == "" {
 		t.Fatalf("serve did not start (exit %d)", s.code)

@@ -45,6 +45,9 @@ func TestWrongRedisAuthNamesREDIS_AUTH(t *testing.T) {
 	code := run(context.Background(), []string{"serve"}, env(map[string]string{
 		"REDIS_URL": r.Addr, "REDIS_AUTH": "wrong-one", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "HOST": "127.0.0.1", "PORT": "0",
 		"RUNTIME_ROOT": t.TempDir(),
+		// A start check that missed 50ms on a loaded machine took the
+		// refusal for an outage and served (TestRedisConfigErrorsStopServe).
+		"THROTTLEKIT_STORE_TIMEOUT": testenv.StoreDeadline.String(),
 	}), &out, &errs)
 	msg := errs.String()
 	if code == 0 || !strings.Contains(msg, "REDIS_AUTH") || strings.Contains(msg, "--redis-url") || strings.Contains(msg, "wrong-one") {

@@ -150,11 +150,16 @@ type egRateLimit struct {
 
 // startEnvoyGatewayRateLimit runs /bin/ratelimit under e, adding GRPC_PORT
 // and PORT on free ports: Envoy Gateway leaves them at upstream's 8081 and
-// 8080, which a test cannot count on owning.
+// 8080, which a test cannot count on owning. It adds
+// THROTTLEKIT_STORE_TIMEOUT too: the test judges answers, not store
+// latency, and serve's 50ms default, which no upstream variable sets, is
+// missed on a loaded machine (UNAVAILABLE, "store failed: context deadline
+// exceeded").
 func startEnvoyGatewayRateLimit(t *testing.T, e map[string]string, ca *certtest.CA, envoy tls.Certificate) *egRateLimit {
 	t.Helper()
 	grpcPort, httpPort := loopbackPort(t), loopbackPort(t)
 	e["GRPC_PORT"], e["PORT"] = grpcPort, httpPort
+	e["THROTTLEKIT_STORE_TIMEOUT"] = testenv.StoreDeadline.String()
 	s := runAs(t, []string{"/bin/ratelimit"}, e)
 	// Upstream's HOST and GRPC_HOST: all interfaces; dial loopback.
 	s.grpcAddr, s.httpAddr = "127.0.0.1:"+grpcPort, "127.0.0.1:"+httpPort
