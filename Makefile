@@ -15,7 +15,8 @@ build:
 
 # The test command the README gives and CI runs (scripts/test.sh): gofmt,
 # vet, then every test with the race detector, in stages that all run
-# whatever an earlier one did: unit (every package but test/e2e), e2e (alone,
+# whatever an earlier one did: unit (every package but test/e2e; internal/sim,
+# a single-threaded simulator, without -race), e2e (alone,
 # after the rest: its adaptive gates infer from latency the two cores also
 # spend on other packages' race builds), and compare (test/compare, a module
 # of its own, then its Pareto bar). It prints each package as it ends with
