@@ -3,18 +3,47 @@ package failover
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
 )
 
 // answer is one Decide call as a caller saw it.
 type answer struct {
 	start, end time.Time
 	outcome    outcome
+	cause      cause // of a store error
+}
+
+// cause is why the store failed an answer.
+type cause uint8
+
+const (
+	timedOut     cause = iota // the store timeout ended the call
+	unreplicated              // WAIT's replicas did not acknowledge in time
+	refused                   // anything else: a dead or demoted server
+)
+
+func (c cause) String() string {
+	return [...]string{"timed out", "unreplicated", "refused"}[c]
+}
+
+// causeOf classifies a store error.
+func causeOf(err error) cause {
+	var ne net.Error
+	switch {
+	case errors.Is(err, redisstore.ErrNotReplicated):
+		return unreplicated
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return timedOut
+	}
+	return refused
 }
 
 type outcome uint8
@@ -28,18 +57,28 @@ const (
 
 // ledger holds every answer, by rule, and every count a store acknowledged.
 type ledger struct {
-	mu       sync.Mutex
-	answers  map[string][]answer
-	acks     []ack
-	otherErr error // the first otherError
+	mu        sync.Mutex
+	answers   map[string][]answer
+	acks      []ack
+	otherErr  error            // the first otherError
+	decisions int              // answers the store decided (admitted or denied)
+	refusal   map[string]error // by rule, its last store error refused
 }
 
-func newLedger() *ledger { return &ledger{answers: map[string][]answer{}} }
+func newLedger() *ledger {
+	return &ledger{answers: map[string][]answer{}, refusal: map[string]error{}}
+}
 
 func (l *ledger) add(rule string, a answer, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.answers[rule] = append(l.answers[rule], a)
+	if a.outcome == admitted || a.outcome == denied {
+		l.decisions++
+	}
+	if a.outcome == storeFailed && a.cause == refused {
+		l.refusal[rule] = err
+	}
 	if a.outcome == otherError && l.otherErr == nil {
 		l.otherErr = err
 	}
@@ -58,21 +97,57 @@ func (l *ledger) count(rule string, o outcome, since time.Time) int {
 	return n
 }
 
+// tail describes rule's last n answers, for a failure message.
+func (l *ledger) tail(rule string, n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	as := l.answers[rule]
+	var b strings.Builder
+	for _, a := range as[max(0, len(as)-n):] {
+		switch a.outcome {
+		case admitted:
+			b.WriteByte('A')
+		case denied:
+			b.WriteByte('D')
+		case storeFailed:
+			b.WriteString([]string{"t", "u", "r"}[a.cause])
+		default:
+			b.WriteByte('?')
+		}
+	}
+	return fmt.Sprintf("%s: %d answers, last %s (A admitted, D denied, store errors t timed out, u unreplicated, r refused: %v)", rule, len(as), b.String(), l.refusal[rule])
+}
+
+// decided returns how many answers, of every rule, the store decided.
+func (l *ledger) decided() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.decisions
+}
+
 // exhausted reports whether rule's last n answers, all started after since,
-// were denials.
+// were denials, not counting store timeouts among them: on a loaded
+// machine the store timeout ends calls to a healthy store (and WAIT's
+// timeout, replicas that are in sync), and those are not the store's
+// answer. Any other store error breaks the run.
 func (l *ledger) exhausted(rule string, n int, since time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	as := l.answers[rule]
-	if len(as) < n {
-		return false
-	}
-	for _, a := range as[len(as)-n:] {
-		if a.outcome != denied || a.start.Before(since) {
+	for i := len(as) - 1; i >= 0 && n > 0; i-- {
+		a := as[i]
+		if a.start.Before(since) {
+			return false
+		}
+		switch {
+		case a.outcome == storeFailed && a.cause != refused:
+		case a.outcome == denied:
+			n--
+		default:
 			return false
 		}
 	}
-	return true
+	return n == 0
 }
 
 // ack is units a store acknowledged to a node: a check it allowed, or the
@@ -182,7 +257,7 @@ func drive(e *engine.Engine, rule string, callers int, stamp func() time.Time, l
 				case err == nil && resp.Code == engine.CodeOverLimit:
 					a.outcome = denied
 				case errors.Is(err, gale.ErrStore):
-					a.outcome = storeFailed
+					a.outcome, a.cause = storeFailed, causeOf(err)
 				default:
 					a.outcome = otherError
 				}
