@@ -95,11 +95,33 @@ func runSession(t *testing.T, dir string, env []string, script string, limit tim
 	return cmd.CombinedOutput()
 }
 
-// requireDefaultPortsFree fails when something listens where the
+// defaultPortsLock is the file whose lock a test holds while its sessions
+// serve on serve's default addresses: a second make test on the machine
+// (CI beside a developer's run) runs the same sessions, and without turns
+// one's serve found the ports taken and its probes were answered by the
+// other's (TestDocCommands's docs/policy.md block waited 2 minutes for a
+// reload its own serve, never started, could not log).
+var defaultPortsLock = filepath.Join(os.TempDir(), "throttlekit-default-ports.lock")
+
+// requireDefaultPortsFree takes the default ports for the test: it waits
+// for its turn on defaultPortsLock (released when the test ends), saying
+// how long it waited, then fails when something else listens where the
 // documents' sessions serve (serve's default addresses): its answers would
 // be taken for theirs.
 func requireDefaultPortsFree(t *testing.T) {
 	t.Helper()
+	f, err := os.OpenFile(defaultPortsLock, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatalf("the default ports' lock: %v", err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
+	began := time.Now()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("locking %s: %v", defaultPortsLock, err)
+	}
+	if waited := time.Since(began); waited > time.Second {
+		t.Logf("waited %v for another test run's sessions to leave the default ports (%s)", waited.Round(time.Second), defaultPortsLock)
+	}
 	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.1:8081"} {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
