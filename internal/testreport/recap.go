@@ -3,6 +3,7 @@ package testreport
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"time"
 )
 
@@ -39,7 +40,7 @@ func Recap(w io.Writer, stages []Summary) Counts {
 				name = "(the package itself)"
 			}
 			fmt.Fprintf(w, "\n--- %s: %s %s\n", f.Stage, shortName(f.Package), name)
-			out := f.Output
+			out := said(f.Output)
 			if len(out) > recapLines {
 				fmt.Fprintf(w, "    ... (%d lines above: see the stage's output)\n", len(out)-recapLines)
 				out = out[len(out)-recapLines:]
@@ -56,4 +57,25 @@ func Recap(w io.Writer, stages []Summary) Counts {
 	}
 	fmt.Fprintf(w, "tests: %d passed, %d failed, %d skipped\n", total.Passed, total.Failed, total.Skipped)
 	return total
+}
+
+// testSaid is the start of a line a test said itself (t.Log, t.Error,
+// t.Fatal): go test prefixes it with the file and line.
+var testSaid = regexp.MustCompile(`^\s*[\w.-]+_test\.go:\d+: `)
+
+// said returns the lines of a failure's output that its test said itself,
+// when there are any: what it wanted and what it got, without the logs it
+// dumps after (a serve process's output can run to hundreds of lines, and
+// the recap would show only their end). Otherwise it returns all of out.
+func said(out []string) []string {
+	var lines []string
+	for _, l := range out {
+		if testSaid.MatchString(l) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return out
+	}
+	return lines
 }

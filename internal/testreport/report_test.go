@@ -131,3 +131,16 @@ func FuzzParseEvent(f *testing.F) {
 		r.Finish(t0.Add(time.Hour))
 	})
 }
+
+// The recap shows what a test said, not the logs it dumped after.
+func TestRecapShowsWhatTheTestSaid(t *testing.T) {
+	out := []string{"=== RUN   TestFleet", "    fleet_test.go:139: redis: too loaded to judge"}
+	for range 60 {
+		out = append(out, `        {"msg":"serving"}`)
+	}
+	var b strings.Builder
+	Recap(&b, []Summary{{Stage: "e2e", Counts: Counts{Failed: 1}, Failures: []Failure{{Stage: "e2e", Package: "m/e2e", Test: "TestFleet", Output: out}}}})
+	if !strings.Contains(b.String(), "too loaded to judge") || strings.Contains(b.String(), "serving") {
+		t.Errorf("recap:\n%s", b.String())
+	}
+}
