@@ -115,8 +115,11 @@ func (r *Reporter) Event(e Event, now time.Time) []string {
 	switch {
 	case e.Test == "" && (e.Action == "output" || e.Action == "build-output"):
 		p.output = appendTail(p.output, strings.TrimRight(e.Output, "\n"))
-	case e.Test != "" && e.Action == "run":
+	case e.Test != "" && (e.Action == "run" || e.Action == "cont"):
 		p.started[e.Test] = now
+	case e.Test != "" && e.Action == "pause":
+		// A parallel test waits for the serial ones: it is not running.
+		delete(p.started, e.Test)
 	case e.Test != "" && e.Action == "output":
 		p.tests[e.Test] = append(p.tests[e.Test], strings.TrimRight(e.Output, "\n"))
 	case e.Test != "" && (e.Action == "pass" || e.Action == "skip"):

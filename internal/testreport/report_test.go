@@ -144,3 +144,24 @@ func TestRecapShowsWhatTheTestSaid(t *testing.T) {
 		t.Errorf("recap:\n%s", b.String())
 	}
 }
+
+// A paused parallel test is not named as running; it is again once it
+// continues, from then.
+func TestTickSkipsPausedTests(t *testing.T) {
+	r := New("e2e", t0, time.Minute)
+	feed(r, []string{
+		`{"Action":"run","Package":"m/e2e","Test":"TestParallel"}`,
+		`{"Action":"pause","Package":"m/e2e","Test":"TestParallel"}`,
+		`{"Action":"run","Package":"m/e2e","Test":"TestSerial"}`,
+	}, []time.Duration{0, time.Second, 2 * time.Second})
+	if got, want := strings.Join(r.Tick(t0.Add(90*time.Second)), ""), "[e2e 01:30] running: m/e2e (1m30s: TestSerial 1m28s)"; got != want {
+		t.Errorf("tick %q, want %q", got, want)
+	}
+	feed(r, []string{
+		`{"Action":"pass","Package":"m/e2e","Test":"TestSerial"}`,
+		`{"Action":"cont","Package":"m/e2e","Test":"TestParallel"}`,
+	}, []time.Duration{100 * time.Second, 100 * time.Second})
+	if got, want := strings.Join(r.Tick(t0.Add(200*time.Second)), ""), "[e2e 03:20] running: m/e2e (3m20s: TestParallel 1m40s)"; got != want {
+		t.Errorf("tick %q, want %q", got, want)
+	}
+}
