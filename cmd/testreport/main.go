@@ -132,7 +132,23 @@ func execStage(args []string, w io.Writer) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = io.MultiWriter(w, &out)
 	cmd.Stderr = cmd.Stdout
+	// A step says nothing while it compiles (go vet on a cold cache takes
+	// minutes): say it still runs, a line a minute.
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(time.Minute)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				fmt.Fprintf(w, "[%s] running (%s)\n", *stage, now.Sub(start).Round(time.Second))
+			}
+		}
+	}()
 	runErr := cmd.Run()
+	close(done)
 	s := testreport.Summary{Stage: *stage, Seconds: time.Since(start).Seconds()}
 	if runErr != nil {
 		lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
