@@ -3,9 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -71,7 +71,7 @@ func envoy(ctx context.Context, c extprocv3.ExternalProcessorClient, backendURL 
 func TestE2EExtProcGate(t *testing.T) {
 	t.Parallel()
 	s := startSidecar(t, options{store: "memory"})
-	writeFileAtomic(t, s.policyDir, "gates.yaml", gatePolicy)
+	testenv.WriteFileAtomic(t, filepath.Join(s.policyDir, "gates.yaml"), []byte(gatePolicy))
 	waitFor(t, 10*time.Second, "the gate is loaded", func() (bool, string) {
 		v := s.metrics(t).get("throttlekit_gate_limit", "gate", "backend")
 		return v > 0, fmt.Sprintf("throttlekit_gate_limit{gate=backend} = %v", v)
@@ -213,18 +213,5 @@ func waitGateRise(t *testing.T, what string, within time.Duration, lat *latencyL
 		}
 		t.Logf("%s: not after %v (%s), but the clients' p95 over the wait, %v (%d requests), was at or above the %v the gate rises below: "+
 			"scheduling on this machine (load %s) may alone hold the gate in its band; measuring again", what, within, why, p95, n, gateRiseBelow, loadAverage())
-	}
-}
-
-// writeFileAtomic writes name in dir by rename, as a ConfigMap update or an
-// editor would.
-func writeFileAtomic(t *testing.T, dir, name, content string) {
-	t.Helper()
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		t.Fatal(err)
 	}
 }

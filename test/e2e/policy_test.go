@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -194,5 +195,5 @@ func copyExamplePolicies(t *testing.T, dir string) {
 // *.yaml, so no load can read it half written) renamed over the old one.
 func writePolicy(t *testing.T, dir, content string) {
 	t.Helper()
-	writeFileAtomic(t, dir, "e2e.yaml", content)
+	testenv.WriteFileAtomic(t, filepath.Join(dir, "e2e.yaml"), []byte(content))
 }

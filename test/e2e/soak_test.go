@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -236,7 +237,7 @@ func TestE2ESoak(t *testing.T) {
 			events = append(events, ev.kind)
 		}
 		if now >= time.Duration(len(reloads)+1)*soakReloadEvery && now < d {
-			writeFileAtomic(t, s.policyDir, "soak.yaml", soakPolicy(soakLimit+1+len(reloads)%2))
+			testenv.WriteFileAtomic(t, filepath.Join(s.policyDir, "soak.yaml"), []byte(soakPolicy(soakLimit+1+len(reloads)%2)))
 			reloads = append(reloads, time.Since(begin))
 			events = append(events, "reload")
 		}
