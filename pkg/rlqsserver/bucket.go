@@ -205,9 +205,11 @@ func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 	if !acts.Wake.IsZero() && (b.timer == nil || !acts.Wake.Equal(b.wake)) {
 		// Reports in a window's steady state ask for the same instant:
 		// the timer set for it stays (setting one costs a timer and a
-		// closure per report).
+		// closure per report). The delay is from the clock's time now,
+		// not from now: a landing that waited for the lock would arm
+		// its timer late by the wait.
 		b.stopLocked()
-		b.timer, b.wake = b.srv.clk.AfterFunc(max(acts.Wake.Sub(now), 0), b.tick), acts.Wake
+		b.timer, b.wake = b.srv.clk.AfterFunc(max(acts.Wake.Sub(b.srv.clk.Now()), 0), b.tick), acts.Wake
 	}
 	b.countExpiriesLocked(now)
 }

@@ -396,10 +396,14 @@ func TestTwoLimitsBothBind(t *testing.T) {
 	if n1 < 1 || n1 > 50 || ttl1 != 49*time.Second {
 		t.Fatalf("first minute: %d tokens for %v, want 1..50 for 49s", n1, ttl1)
 	}
+	// Each lease lands whole (its timer set, its surplus back) before
+	// the clock moves on.
+	settled(t, sc)
 	clk.Set(t0.Add(30 * time.Second))
 	e.report(true, usage{bucket: two, allowed: 100, denied: 100, elapsed: 20 * time.Second}) // 10/s: more than either limit
 	clk.Set(t0.Add(window))
 	n2, _ := tokens(t, e.next(two))
+	settled(t, sc)
 	clk.Set(t0.Add(window + 30*time.Second))
 	e.report(true, usage{bucket: two, allowed: 50, denied: 250, elapsed: 30 * time.Second})
 	clk.Set(t0.Add(2 * window))
@@ -476,6 +480,7 @@ func TestReloadChangingALimitIsNoticedAtTheNextReport(t *testing.T) {
 			if n, _ := tokens(t, e.next(tenantA)); n < 1 || n > limit {
 				t.Fatalf("before the reload: %d tokens, want 1..%d", n, limit)
 			}
+			settled(t, sc) // the lease's landing has set the window's timer
 			d, err := policy.Parse("q.yaml", []byte(strings.Replace(testPolicy, "requests_per_unit: 100}", tc.to, 1)))
 			if err != nil {
 				t.Fatal(err)
