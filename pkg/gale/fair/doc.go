@@ -22,7 +22,11 @@
 //     and keeps its tenant within its weighted max-min fair share of Limit
 //     given the demands seen (WaterFill). It borrows only its own cost, never
 //     a reservation of the slack: like a Deficit Round Robin quantum, one call
-//     cannot take all of it. Otherwise it is denied (ReasonDenied).
+//     cannot take all of it. Past its share rounded down it may borrow
+//     up to the share rounded up (or one call, whatever its cost, when it
+//     has had nothing in the window) while what is left still covers the
+//     other tenants' shares rounded down: the rounding's remainder goes to
+//     whoever asks first. Otherwise it is denied (ReasonDenied).
 //
 // Why this is work-conserving: a tenant claims no more than its demand seen,
 // so the share of an idle tenant — one that asked for nothing in this window
@@ -31,8 +35,10 @@
 // water-filling shares sum to min(Σ demand seen, Limit), so a call below the
 // cap is refused only when the rest of the budget is owed to demand other
 // tenants have shown. Under steady demand, from the second window on, each
-// tenant calling for one unit at a time is admitted exactly its WaterFill
-// allocation of Limit, rounded down.
+// tenant calling for one unit at a time is admitted its WaterFill
+// allocation of Limit rounded down or up, and the window admits
+// min(Σ demand, Limit): shares under one unit (more tenants than units)
+// are not all rounded to nothing.
 //
 // What it does not do: it is not preemptive (units admitted before a tenant
 // first asks stay admitted, so a newcomer can find a window's budget spent),

@@ -192,7 +192,7 @@ func (e *Escrow) Decide(tenant string, cost int64, now time.Time) Decision {
 // Shares returns the weighted max-min fair share of the budget, in units, of
 // each tenant the escrow tracks in the window of its latest decision — those
 // that asked in that window or the one before — given their demands seen
-// (WaterFill, rounded down). No other tenant is listed, so the map is bounded
+// (WaterFill, rounded up: the most it may be admitted). No other tenant is listed, so the map is bounded
 // by two windows' tenants (and by MaxTenants, the overflow account listed
 // under Overflow).
 func (e *Escrow) Shares() map[string]int64 {

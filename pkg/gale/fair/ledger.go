@@ -140,13 +140,41 @@ func (l *ledger) evaluate(name string, cost int64, now time.Time, capacity int64
 		d.Reason = ReasonCap
 	case t.used+cost <= d.Guarantee:
 		d.Allowed, d.Reason = true, ReasonShare
-	case capacity-l.used-cost < l.claimedBesides(t) || t.used+cost > l.entitlement(t):
+	case capacity-l.used-cost < l.claimedBesides(t) || !l.mayBorrow(t, cost, capacity):
 		d.Reason = ReasonDenied
 	default:
 		d.Allowed, d.Reason = true, ReasonBorrow
 		d.Borrowed = t.used + cost - max(t.used, d.Guarantee)
 	}
 	return d, t
+}
+
+// mayBorrow reports whether t may borrow cost units past its guarantee:
+// when they keep it within its entitlement (its weighted max-min fair
+// share, rounded down); or, past that, within the share rounded up (or
+// as its first call of the window, whatever its cost: as a Deficit Round
+// Robin quantum lets a packet larger than it go) when the budget left
+// after them still covers what the other tenants are owed up to their
+// entitlements. So the rounding's remainder goes to whoever asks for it
+// first, and every window can admit min(Σ demand, capacity): rounded down
+// alone, shares under one unit (more tenants asking than the capacity has
+// units) were all 0, and the rule admitted nothing.
+func (l *ledger) mayBorrow(t *tenant, cost, capacity int64) bool {
+	lambda := l.level()
+	share := min(float64(t.asked()), t.weight*lambda)
+	if t.used+cost <= units(share) {
+		return true
+	}
+	if t.used > 0 && t.used+cost > unitsUp(share) {
+		return false
+	}
+	var owed int64
+	for _, o := range l.active {
+		if o != t {
+			owed += max(0, units(min(float64(o.asked()), o.weight*lambda))-o.used)
+		}
+	}
+	return capacity-l.used-cost >= owed
 }
 
 // add starts the window's account of a tenant it does not track: its own,
@@ -199,13 +227,6 @@ func (l *ledger) claimedBesides(t *tenant) int64 {
 	return c
 }
 
-// entitlement is t's weighted max-min fair share of the capacity given the
-// demands seen, in whole units.
-func (l *ledger) entitlement(t *tenant) int64 {
-	lambda := l.level()
-	return units(min(float64(t.asked()), t.weight*lambda))
-}
-
 // level is the water level of the demands seen over the capacity.
 func (l *ledger) level() float64 {
 	n := len(l.active)
@@ -225,7 +246,7 @@ func (l *ledger) shares() map[string]int64 {
 	}
 	lambda := l.level()
 	for _, o := range l.active {
-		m[o.name] += units(min(float64(o.asked()), o.weight*lambda))
+		m[o.name] += unitsUp(min(float64(o.asked()), o.weight*lambda))
 	}
 	return m
 }
@@ -244,6 +265,12 @@ func (l *ledger) admitted() map[string]int64 {
 // hair under an integer it equals).
 func units(x float64) int64 {
 	return int64(math.Floor(x + 1e-9*max(1, x)))
+}
+
+// unitsUp rounds a fractional share up to whole units, forgiving the float
+// arithmetic's error as units does.
+func unitsUp(x float64) int64 {
+	return int64(math.Ceil(x - 1e-9*max(1, x)))
 }
 
 func floorDiv(a, b int64) int64 {

@@ -130,7 +130,7 @@ func TestEscrowOverflowSteadyStateIsWaterFill(t *testing.T) {
 				continue
 			}
 			for j := range acc {
-				if acc[j] > want[j]+1e-6 || acc[j] < math.Floor(want[j]+1e-9)-1e-6 {
+				if acc[j] > math.Ceil(want[j]-1e-9)+1e-6 || acc[j] < math.Floor(want[j]+1e-9)-1e-6 {
 					t.Fatalf("run %d window %d (limit %d, accounts' weights %v, demands %v): got %v, want WaterFill %v",
 						run, k, limit, accWeight, accDemand, acc, want)
 				}
