@@ -29,7 +29,7 @@ var (
 	descCreditsLeased = prometheus.NewDesc("throttlekit_credits_leased_total", "Credits leased from the store.", []string{"domain", "rule"}, nil)
 	descStranded      = prometheus.NewDesc("throttlekit_credits_stranded_total", "Leased credits that expired unused at their window's end.", []string{"domain", "rule"}, nil)
 	descReturned      = prometheus.NewDesc("throttlekit_credits_returned_total", "Leased credits given back to the store (idle, evicted, refunded, shutdown).", []string{"domain", "rule"}, nil)
-	descFairShare     = prometheus.NewDesc("throttlekit_fair_share", "A fair rule's tenant's share of the current window: at most 100 tenants named per rule, the rest summed under _other, and the tenants past the rule's max_tenants (which share one overflow account) under _overflow.", []string{"domain", "rule", "tenant"}, nil)
+	descFairShare     = prometheus.NewDesc("throttlekit_fair_share", "A fair rule's tenant's share of the current window, rounded up (the most it may be admitted): at most 100 tenants named per rule, the rest summed under _other, and the tenants past the rule's max_tenants (which share one overflow account) under _overflow.", []string{"domain", "rule", "tenant"}, nil)
 	descLeaseBatch    = prometheus.NewDesc("throttlekit_lease_batch", "Credits the most recent lease asked for (the learned batch of batch: auto rules).", []string{"domain", "rule"}, nil)
 	descL1Keys        = prometheus.NewDesc("throttlekit_l1_keys", "Keys held in this process's local tier.", []string{"domain", "rule"}, nil)
 	descEvictions     = prometheus.NewDesc("throttlekit_l1_evictions_total", "Keys evicted from a full local tier.", []string{"domain", "rule"}, nil)
