@@ -212,12 +212,12 @@ func waitGateRise(t *testing.T, what string, within time.Duration, lat *latencyL
 		switch {
 		case p95 < gateRiseBelow:
 			t.Fatalf("%s: still false after %v; last check: %s; the clients' p95 over the wait, %v (%d requests), was under the %v the gate rises below (load %s)",
-				what, within, why, p95, n, gateRiseBelow, loadAverage())
+				what, within, why, p95, n, gateRiseBelow, testenv.LoadAverage())
 		case attempt == judgeAttempts:
 			t.Fatalf("%s: still false after %d waits of %v; last check: %s; the clients' p95 over the last, %v (%d requests), was again at or above the %v the gate rises below: "+
-				"the machine (load %s) is too loaded to judge the gate", what, attempt, within, why, p95, n, gateRiseBelow, loadAverage())
+				"the machine (load %s) is too loaded to judge the gate", what, attempt, within, why, p95, n, gateRiseBelow, testenv.LoadAverage())
 		}
 		t.Logf("%s: not after %v (%s), but the clients' p95 over the wait, %v (%d requests), was at or above the %v the gate rises below: "+
-			"scheduling on this machine (load %s) may alone hold the gate in its band; measuring again", what, within, why, p95, n, gateRiseBelow, loadAverage())
+			"scheduling on this machine (load %s) may alone hold the gate in its band; measuring again", what, within, why, p95, n, gateRiseBelow, testenv.LoadAverage())
 	}
 }

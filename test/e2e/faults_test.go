@@ -222,7 +222,7 @@ func TestE2EFaults(t *testing.T) {
 			// that an hour's end cut in two counted in two windows, and a
 			// loaded machine makes the run long enough to meet one.
 			window := windowEnd(time.Now(), time.Hour)
-			meter := measureLateness()
+			meter := testenv.MeasureLateness()
 			for w := range 6 {
 				wg.Add(1)
 				go func() {
@@ -275,17 +275,17 @@ func TestE2EFaults(t *testing.T) {
 			// How late this process's timers fired while the traffic ran: the
 			// sidecar's store timeout fires late by about as much, and the
 			// test reads each answer late by as much again.
-			late := meter.end()
+			late := meter.End()
 			errsAfter := storeErrors()
 			failed := errsAfter - errsBefore // store calls on_store_error answered under the fault
 			failedAll := errsAfter - errsTraffic
 			proxy.Heal()
-			meter = measureLateness()
+			meter = testenv.MeasureLateness()
 			recovery := waitFor(t, sampleDeadline, "Redis deciding again after healing "+f.name, func() (bool, string) {
 				resp, err, _ := call("strict_deny", fmt.Sprintf("recovery-%d-%d", fi, time.Now().UnixNano()))
 				return err == nil && resp.GetOverallCode() == ok, fmt.Sprintf("%v %v", resp, err)
 			})
-			recoveryLate := meter.end()
+			recoveryLate := meter.End()
 			// Answer times are judged in wall time: their bands widen by
 			// what this run measured the load to add, and a run that
 			// still misses one is said so and made again (see below).
@@ -375,7 +375,7 @@ func TestE2EFaults(t *testing.T) {
 				rows = append(rows, row)
 				break
 			}
-			spoiled = append(spoiled, fmt.Sprintf("run %d: %d answers too slow under load average %s", attempt, len(slowAnswers), loadAverage()))
+			spoiled = append(spoiled, fmt.Sprintf("run %d: %d answers too slow under load average %s", attempt, len(slowAnswers), testenv.LoadAverage()))
 			if attempt >= judgeAttempts {
 				for _, slow := range slowAnswers {
 					t.Error(slow)
@@ -385,7 +385,7 @@ func TestE2EFaults(t *testing.T) {
 				break
 			}
 			t.Logf("%s, run %d: answers too slow for the load to be ruled out (load average %s; timers up to %v late; slowest healthy answer %v), e.g. %s; again on new values",
-				f.name, attempt, loadAverage(), late, healthySlowest, slowAnswers[0])
+				f.name, attempt, testenv.LoadAverage(), late, healthySlowest, slowAnswers[0])
 		}
 	}
 	table := "| fault | answers | store calls failed | p99 | max | federated max | answered (by on_store_error, and federated outage mode) | over-admitted | leased credits stranded | recovery |\n" +
@@ -453,7 +453,7 @@ func drain(t *testing.T, s *sidecar, faultName, rule, value, policy string, limi
 			}
 			return more
 		}
-		spoiled = append(spoiled, fmt.Sprintf("%d fallbacks, UNAVAILABLE %v (load average %s)", fell, unavailable, loadAverage()))
+		spoiled = append(spoiled, fmt.Sprintf("%d fallbacks, UNAVAILABLE %v (load average %s)", fell, unavailable, testenv.LoadAverage()))
 	}
 	t.Fatalf("%s, %s: draining after healing, the store failed in each of %d passes: %s", faultName, rule, limit, strings.Join(spoiled, "; "))
 	return 0

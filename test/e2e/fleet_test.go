@@ -188,9 +188,9 @@ func TestE2EFleetGate(t *testing.T) {
 			t.Fatalf("independent sidecars: mean in flight %.1f, want well above C %d (≥ 1.5 C)", st.mean, fleetC)
 		case holdable(ovh) == 0 && st.max <= 1.5*fleetC:
 			t.Fatalf("independent sidecars: at most %d in flight, want more than 1.5 C (C %d) at some instant (the overhead, p95 %v, too high to judge the mean at load %s)",
-				st.max, fleetC, ovh, loadAverage())
+				st.max, fleetC, ovh, testenv.LoadAverage())
 		case holdable(ovh) == 0:
-			t.Logf("independent: the overhead (p95 %v) is too high to judge the mean at load %s; judged on the most in flight at once, %d (> 1.5 C)", ovh, loadAverage(), st.max)
+			t.Logf("independent: the overhead (p95 %v) is too high to judge the mean at load %s; judged on the most in flight at once, %d (> 1.5 C)", ovh, testenv.LoadAverage(), st.max)
 		}
 		runs = append(runs, r)
 	})
@@ -538,7 +538,7 @@ func checkCoordinated(t *testing.T, r *fleetRun, last bool) (judged bool) {
 	if !judged {
 		room := time.Duration(float64(fleetTarget)*(1-fleetTolerance)) - fleetBase
 		why := fmt.Sprintf("the path's overhead (p95 %v; the sampler's ticks up to %v apart, heartbeats up to %v) leaves the gate no room to rise past C (that needs under %v): "+
-			"the machine (load %s) is too loaded to judge the backend's mean of %.1f", overhead, r.sampleGap, r.beats.longest, room, loadAverage(), st.mean)
+			"the machine (load %s) is too loaded to judge the backend's mean of %.1f", overhead, r.sampleGap, r.beats.longest, room, testenv.LoadAverage(), st.mean)
 		if last {
 			t.Errorf("%s: %s, and was in each of %d runs", r.name, why, judgeAttempts)
 		} else {

@@ -160,7 +160,7 @@ sampling:
 		}
 		if quiet := time.Since(time.Unix(0, answered.Load())); quiet > floodStall {
 			t.Fatalf("the flood stopped: no request answered for %v, %d of %d keys sent in %v (load average %s)",
-				quiet.Round(time.Second), next.Load(), floodKeys, time.Since(floodStart).Round(time.Second), loadAverage())
+				quiet.Round(time.Second), next.Load(), floodKeys, time.Since(floodStart).Round(time.Second), testenv.LoadAverage())
 		}
 		smp, err := sampleSidecar(s, pid)
 		if err != nil {

@@ -48,7 +48,7 @@ func checkFallbacks(t *testing.T, s *sidecar, rounds int) (problems []string, to
 		took  time.Duration
 	}
 	var answers []answer
-	meter := measureLateness()
+	meter := testenv.MeasureLateness()
 	began := time.Now()
 	for round := 1; round <= rounds; round++ {
 		for _, c := range storeErrorCases {
@@ -64,14 +64,14 @@ func checkFallbacks(t *testing.T, s *sidecar, rounds int) (problems []string, to
 		}
 	}
 	took = time.Since(began)
-	late := meter.end()
+	late := meter.End()
 	bound := answerBound + 2*late
 	var slowest time.Duration
 	for _, a := range answers {
 		slowest = max(slowest, a.took)
 		if a.took > bound {
 			problems = append(problems, fmt.Sprintf("%s, round %d: answered in %v, want under %v (store timeout %v, plus 250 ms, plus twice the %v this process's timers fired late; load average %s)",
-				a.key, a.round, a.took, bound, storeTimeout, late, loadAverage()))
+				a.key, a.round, a.took, bound, storeTimeout, late, testenv.LoadAverage()))
 		}
 	}
 	t.Logf("slowest answer with the store failing: %v (bound %v; timers up to %v late)", slowest, bound, late)
@@ -99,7 +99,7 @@ func runFromRedis(t *testing.T, s *sidecar, tag string) {
 			}
 			return
 		}
-		spoiled = append(spoiled, fmt.Sprintf("%v store calls failed (load average %s)", failed, loadAverage()))
+		spoiled = append(spoiled, fmt.Sprintf("%v store calls failed (load average %s)", failed, testenv.LoadAverage()))
 		t.Logf("%s, run %d: %s with Redis up, so on_store_error answered and nothing is judged (%d answers off); again on new values", tag, attempt, spoiled[len(spoiled)-1], len(wrong))
 	}
 	t.Errorf("%s: in each of %d runs of the steps a store call failed with Redis up: %s", tag, judgeAttempts, strings.Join(spoiled, "; "))
@@ -180,7 +180,7 @@ func testRedisOutage(t *testing.T, o options) {
 	for attempt := 1; ; attempt++ {
 		killRedis(t, r, s)
 		r.Restart()
-		meter := measureLateness()
+		meter := testenv.MeasureLateness()
 		restarted := time.Now()
 		// Far past the second judged: a sidecar that never decides again
 		// is told from a slow one.
@@ -188,12 +188,12 @@ func testRedisOutage(t *testing.T, o options) {
 		ready := time.Since(restarted)
 		waitFor(t, startDeadline, "Redis deciding again after its restart (outage_deny still falls back)", redisDecides(t, s))
 		decides := time.Since(restarted)
-		late := meter.end()
-		t.Logf("after the restart: /readyz 200 in %v, Redis deciding in %v (timers up to %v late, load average %s)", ready, decides, late, loadAverage())
+		late := meter.End()
+		t.Logf("after the restart: /readyz 200 in %v, Redis deciding in %v (timers up to %v late, load average %s)", ready, decides, late, testenv.LoadAverage())
 		if decides <= time.Second {
 			break
 		}
-		slow = append(slow, fmt.Sprintf("%v with timers up to %v late, load average %s", decides, late, loadAverage()))
+		slow = append(slow, fmt.Sprintf("%v with timers up to %v late, load average %s", decides, late, testenv.LoadAverage()))
 		if attempt == judgeAttempts {
 			t.Fatalf("Redis deciding again (and /readyz 200) more than 1s after its restart, in %d restarts: %s", attempt, strings.Join(slow, "; "))
 		}
@@ -263,7 +263,7 @@ func testRedisStall(t *testing.T, o options) {
 			}
 			break
 		}
-		outlasted = append(outlasted, fmt.Sprintf("checks %v, /readyz %v after the pause began (load average %s)", took, time.Since(paused), loadAverage()))
+		outlasted = append(outlasted, fmt.Sprintf("checks %v, /readyz %v after the pause began (load average %s)", took, time.Since(paused), testenv.LoadAverage()))
 		if attempt == judgeAttempts {
 			t.Fatalf("the checks outlasted the %v pause in %d runs, so nothing was tested: %s", pause, attempt, strings.Join(outlasted, "; "))
 		}

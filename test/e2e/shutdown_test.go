@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
 )
 
 // callRecord is one ShouldRateLimit of the drain test.
@@ -68,7 +70,7 @@ func testSigtermDrain(t *testing.T, o options) {
 		if sigtermDrain(t, o) > 0 || t.Failed() {
 			return
 		}
-		missed = append(missed, loadAverage())
+		missed = append(missed, testenv.LoadAverage())
 		t.Logf("no call was in flight when SIGTERM was sent (load average %s): the drain was not exercised; again with a new sidecar", missed[len(missed)-1])
 	}
 	t.Errorf("no call was in flight when SIGTERM was sent, in %d runs (load averages %s): the drain was not exercised", judgeAttempts, strings.Join(missed, "; "))
