@@ -75,11 +75,13 @@ func TestChargesInTheEngine(t *testing.T) {
 	// ones too, and counts nothing.
 	step("blocked check-only", charged(0, "ai", "blocked=b"), "OVER_LIMIT OVER_LIMIT", 0)
 
-	// A fair rule takes a charge as a check of max(n, 1), whole or not at
-	// all: its tenants cannot stand past the limit.
+	// A fair rule counts a charge in full, even past the limit, as every
+	// rule does (it used to take it whole or not at all, and dropped what
+	// did not fit); a check-only charge is a check of one unit.
 	step("fair check-only counts 1", charged(0, "ai", "route=r,tenant=t"), "OK OK", 9)
-	step("fair charge 12 is refused, counts nothing", charged(12, "ai", "route=r,tenant=t"), "OVER_LIMIT OVER_LIMIT", 0)
-	step("fair charge 9 fits", charged(9, "ai", "route=r,tenant=t"), "OK OK", 0)
+	step("fair charge 3 fits", charged(3, "ai", "route=r,tenant=t"), "OK OK", 6)
+	step("fair charge 12 is counted past the limit", charged(12, "ai", "route=r,tenant=t"), "OVER_LIMIT OVER_LIMIT", 0)
+	step("fair check-only past the limit", charged(0, "ai", "route=r,tenant=u"), "OVER_LIMIT OVER_LIMIT", 0)
 
 	var got engine.Charges
 	for _, s := range e.Snapshot() {
@@ -92,6 +94,7 @@ func TestChargesInTheEngine(t *testing.T) {
 	}
 	now = now.Add(time.Hour)
 	step("the next window", charged(0, "ai", "user=a"), "OK OK", 10)
+	step("the fair rule's next window", charged(0, "ai", "route=r,tenant=t"), "OK OK", 9)
 }
 
 // TestMonthlyTokenBudget loads config/budgets (a token budget per user per

@@ -114,16 +114,37 @@ func (f *fairRule) Check(ctx context.Context, key string, cost int64, now time.T
 	return d, nil
 }
 
-// Charge is a check of max(n, 1) units: an escrow's tenants cannot stand
-// past the limit, so a fair rule takes a charge whole or not at all, and a
-// check-only charge counts one unit (Descriptor.HitsAddend).
+// Charge counts n units for the tenant key names in full, even past the
+// limit, as every rule counts a charge (a cost already spent: the extra
+// over a reservation, Envoy's hits_addend), and answers whether they fit;
+// what follows in the window sees the spend. A check-only charge (n = 0)
+// is a check of one unit (Descriptor.HitsAddend): an escrow has no count
+// to read without taking.
 func (f *fairRule) Charge(ctx context.Context, key string, n int64, now time.Time) (gale.Decision, error) {
-	return f.Check(ctx, key, max(n, 1), now)
+	if n < 1 {
+		return f.Check(ctx, key, 1, now)
+	}
+	counter, tenant := splitTenant(key)
+	s, err := f.escrow(counter)
+	if err != nil {
+		return gale.Decision{}, err
+	}
+	sctx, cancel := gale.StoreContext(ctx, f.timeout)
+	fd, err := s.Charge(sctx, tenant, n, now)
+	cancel()
+	if err != nil {
+		return f.onError.Answer(ctx, f.cfg.Limit, err)
+	}
+	d := gale.Decision{Allowed: fd.Allowed, Limit: f.cfg.Limit, Remaining: fd.Remaining, ResetAt: fd.ResetAt, Overrun: fd.Overrun}
+	if !d.Allowed {
+		d.RetryAfter = max(fd.ResetAt.Sub(now), 0)
+	}
+	return d, nil
 }
 
 // ChargeBytes is Charge.
 func (f *fairRule) ChargeBytes(ctx context.Context, key []byte, n int64, now time.Time) (gale.Decision, error) {
-	return f.Check(ctx, string(key), max(n, 1), now)
+	return f.Charge(ctx, string(key), n, now)
 }
 
 // Refund returns errNoRefund: an escrow keeps what it admitted, which is why

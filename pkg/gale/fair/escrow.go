@@ -155,6 +155,9 @@ type Decision struct {
 	// (see Config.MaxTenants): Guarantee and Admitted are then the
 	// account's, shared with every tenant in it.
 	Overflow bool
+	// Overrun is, for a charge (Shared.Charge), the units it counted past
+	// the limit; 0 for a charge that fit and for every Decide.
+	Overrun int64
 }
 
 // Escrow is a weighted-fair escrow of one process's budget. Create it with

@@ -84,27 +84,14 @@ func (s *Shared) Decide(ctx context.Context, tenant string, cost int64, now time
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.l.roll(now)
-	if !s.window.Equal(s.l.end) {
-		s.window, s.credits, s.remote = s.l.end, 0, s.l.cfg.limit
-		s.creditsEnd, s.storeEnd = s.l.end, time.Time{}
-	}
-	if !now.Before(s.creditsEnd) {
-		s.credits = 0
-	}
+	s.enterLocked(now)
 	d, t := s.l.evaluate(tenant, cost, now, s.capacity())
 	if !d.Allowed {
 		return d, nil
 	}
 	if s.credits < cost {
 		need := cost - s.credits
-		// A call stamped before the window (a clock stepping back, or calls
-		// reordered on their way in) is counted in the current window: lease
-		// in it too, so the store's window and the ledger's agree.
-		at := now
-		if start := s.l.end.Add(-s.l.cfg.window); at.Before(start) {
-			at = start
-		}
+		at := s.storeTime(now)
 		g, err := s.store.Lease(ctx, s.key, s.rule, need, max(s.quantum, need), at)
 		if err != nil {
 			return Decision{}, fmt.Errorf("fair: leasing %q: %w", s.key, err)
@@ -138,6 +125,78 @@ func (s *Shared) Decide(ctx context.Context, tenant string, cost int64, now time
 	s.l.commit(t, cost, &d)
 	d.Remaining = s.capacity() - s.l.used
 	return d, nil
+}
+
+// Charge counts n ≥ 1 units for tenant at now in full, even past the
+// limit: a cost already spent (the extra over a reservation, a charge of
+// what a request cost), which the fleet must see. The units come from the
+// credits this process holds, and the rest is charged to the store's
+// counter, counted even past its limit (gale.Store.Charge). The decision
+// is allowed when the units fit (the call would have been admitted:
+// within the cap, the tenant's share and the others' claims, and the
+// store's count); otherwise Overrun is the units counted past the limit
+// (0 when only the tenant's share refused it).
+// Either way the tenant's and the window's admissions grow by n, so what
+// follows in the window sees the spend: a reservation that no longer fits
+// is refused. A store error is returned, wrapped, with nothing counted (the
+// call's demand still counts). An n below 1 is a caller's bug and panics.
+func (s *Shared) Charge(ctx context.Context, tenant string, n int64, now time.Time) (Decision, error) {
+	if n < 1 {
+		panic(fmt.Sprintf("fair: Charge of %d units, want ≥ 1", n))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.enterLocked(now)
+	d, t := s.l.evaluate(tenant, n, now, s.capacity())
+	fits := d.Allowed
+	overrun := max(n-max(s.capacity()-s.l.used, 0), 0) // past the budget this process could reach
+	from := min(s.credits, n)
+	if rest := n - from; rest > 0 {
+		sd, err := s.store.Charge(ctx, s.key, s.rule, rest, s.storeTime(now))
+		if err != nil {
+			return Decision{}, fmt.Errorf("fair: charging %q: %w", s.key, err)
+		}
+		s.remote = max(sd.Remaining, 0)
+		if sd.Overrun > 0 {
+			fits, overrun = false, max(overrun, sd.Overrun)
+		}
+	}
+	s.credits -= from
+	s.l.commit(t, n, &d)
+	d.Allowed, d.Remaining = fits, max(s.capacity()-s.l.used, 0)
+	if !fits {
+		d.Borrowed = 0
+		d.Overrun = min(overrun, n)
+		if d.Reason == ReasonShare || d.Reason == ReasonBorrow {
+			d.Reason = ReasonCap // the store's count was past the limit
+		}
+	}
+	return d, nil
+}
+
+// enterLocked moves the escrow to the window holding now: a new window
+// starts with no credits and the store's whole limit in view; credits past
+// their end are gone.
+func (s *Shared) enterLocked(now time.Time) {
+	s.l.roll(now)
+	if !s.window.Equal(s.l.end) {
+		s.window, s.credits, s.remote = s.l.end, 0, s.l.cfg.limit
+		s.creditsEnd, s.storeEnd = s.l.end, time.Time{}
+	}
+	if !now.Before(s.creditsEnd) {
+		s.credits = 0
+	}
+}
+
+// storeTime is the instant a store call at now is made at. A call stamped
+// before the window (a clock stepping back, or calls reordered on their
+// way in) is counted in the current window: the store is asked in it too,
+// so the store's window and the ledger's agree.
+func (s *Shared) storeTime(now time.Time) time.Time {
+	if start := s.l.end.Add(-s.l.cfg.window); now.Before(start) {
+		return start
+	}
+	return now
 }
 
 // capacity is the budget this process can still reach in the window.

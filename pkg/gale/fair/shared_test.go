@@ -226,3 +226,37 @@ func TestSharedLateCallsLeaseInTheCurrentWindow(t *testing.T) {
 		t.Fatalf("admitted %v, want 10 in window 2 alone", admitted)
 	}
 }
+
+// TestSharedChargeCountsInFull: a charge is counted whole, even past the
+// limit, first from the credits the process holds and then on the store's
+// counter, where another process sees it; what follows in the window is
+// refused. One that fits is allowed; one that does not says how much it
+// overran.
+func TestSharedChargeCountsInFull(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	rule := gale.Rule{Algorithm: gale.FixedWindow, Limit: 100, Period: time.Minute}
+	a := mustShared(t, fair.Config{Limit: 100, Window: time.Minute}, store, 10)
+	b := mustShared(t, fair.Config{Limit: 100, Window: time.Minute}, store, 10)
+	if d, err := a.Decide(ctx, "x", 1, t0); err != nil || !d.Allowed {
+		t.Fatalf("first call: %+v, %v", d, err)
+	}
+	// a holds 9 credits: a charge of 50 takes them and 41 more from the store.
+	if d, err := a.Charge(ctx, "x", 50, t0.Add(time.Second)); err != nil || !d.Allowed || d.Overrun != 0 || d.Admitted != 51 {
+		t.Fatalf("charge of 50 of 100 after 1: %+v, %v; want it to fit, 51 admitted", d, err)
+	}
+	if d, err := a.Charge(ctx, "x", 80, t0.Add(2*time.Second)); err != nil || d.Allowed || d.Overrun != 31 || d.Admitted != 131 {
+		t.Fatalf("charge of 80 after 51: %+v, %v; want counted (131), 31 past the limit", d, err)
+	}
+	if got, err := store.Charge(ctx, "tenants", rule, 0, t0.Add(3*time.Second)); err != nil || got.Allowed {
+		t.Fatalf("the store's counter after 131 counted: %+v, %v; want it past the limit", got, err)
+	}
+	for name, s := range map[string]*fair.Shared{"a": a, "b": b} {
+		if d, err := s.Decide(ctx, "y", 1, t0.Add(4*time.Second)); err != nil || d.Allowed {
+			t.Errorf("%s: a call after the window's spend passed its limit: %+v, %v; want refused", name, d, err)
+		}
+	}
+	if d, err := b.Decide(ctx, "y", 1, t0.Add(time.Minute)); err != nil || !d.Allowed {
+		t.Errorf("next window: %+v, %v; want admitted", d, err)
+	}
+}
