@@ -90,7 +90,7 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 	if u.allowed+u.denied > 0 {
 		s.active = now
 	}
-	b.resolveIfStaleLocked(u, now)
+	b.resolveIfStaleLocked(u.id, now)
 	switch b.kind {
 	case ratelimit.QuotaLimited:
 		b.srv.stats.rule(b.rule(), func(r *RuleStats) {
@@ -122,18 +122,47 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 // generation is read before resolving, so a reload that races the
 // resolution makes the next report resolve again: the bucket never keeps
 // an answer older than the generation it records.
-func (b *bucket) resolveIfStaleLocked(u *usage, now time.Time) {
+func (b *bucket) resolveIfStaleLocked(id map[string]string, now time.Time) {
 	r := b.srv.opts.Resolver
 	g := r.QuotaGeneration()
 	if b.resolved && g == b.policyGen {
 		return
 	}
-	q, err := r.ResolveQuota(b.domain, u.id)
+	q, err := r.ResolveQuota(b.domain, id)
 	if err != nil {
 		q = ratelimit.Quota{Kind: ratelimit.QuotaRefused, Refused: err}
 	}
 	b.resolveLocked(q, now)
 	b.resolved, b.policyGen = !q.UnknownDomain, g
+	b.rejoinLocked(now)
+}
+
+// rejoinLocked subscribes to a limited bucket's machine every stream the
+// bucket serves that the machine does not know: a new machine (its counter
+// or window moved, or it was not limited before) starts with no streams,
+// and the window's lease must count them all, not only the next to report.
+// Each joins as its first report does, its demand unknown.
+func (b *bucket) rejoinLocked(now time.Time) {
+	if b.kind != ratelimit.QuotaLimited {
+		return
+	}
+	for id := range b.subs {
+		known := false
+		for i := range b.state.Streams {
+			if b.state.Streams[i].ID == id {
+				known = true
+				break
+			}
+		}
+		if known {
+			continue
+		}
+		acts, err := b.machine.Report(&b.state, now, id, 0, 0, 0)
+		if err != nil {
+			continue // past MaxStreams: its own report says so
+		}
+		b.doLocked(acts, now)
+	}
 }
 
 // resolveLocked makes the bucket serve q: a new machine when its counter or
@@ -279,7 +308,13 @@ func (b *bucket) returnUnits(lim ratelimit.QuotaLimit, units int64, g ratelimit.
 	}()
 }
 
-// tick is the window timer: time has passed.
+// tick is the window timer: time has passed. The bucket resolves against
+// the policy again first when a reload has moved it on: the lease a new
+// window starts with is the policy's in use, not the one the bucket had
+// captured (with the last report before a cut from 100 to 10 a minute at
+// second 55, the window at 60 was assigned 100). When the reload took its
+// limit away, its streams are told at once (DENY_ALL for a cut to 0 or a
+// refusal, ALLOW_ALL without a limit), as a report would be.
 func (b *bucket) tick() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -287,7 +322,24 @@ func (b *bucket) tick() {
 		return
 	}
 	now := b.srv.clk.Now()
-	b.doLocked(b.machine.Tick(&b.state, now), now)
+	b.resolveIfStaleLocked(b.id.GetBucket(), now)
+	switch b.kind {
+	case ratelimit.QuotaLimited:
+		b.doLocked(b.machine.Tick(&b.state, now), now)
+		return
+	case ratelimit.QuotaNoLimit:
+		for _, s := range b.subs {
+			b.blanketLocked(s.st, typev3.RateLimitStrategy_ALLOW_ALL, "no_limit")
+		}
+	case ratelimit.QuotaBlocked:
+		for _, s := range b.subs {
+			b.blanketLocked(s.st, typev3.RateLimitStrategy_DENY_ALL, "blocked")
+		}
+	default:
+		for _, s := range b.subs {
+			b.blanketLocked(s.st, typev3.RateLimitStrategy_DENY_ALL, "refused")
+		}
+	}
 }
 
 // countExpiriesLocked counts the assignments whose life has ended at now,

@@ -494,3 +494,72 @@ func TestReloadChangingALimitIsNoticedAtTheNextReport(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadReachesTheNextWindowWithoutAReport: a reload between a
+// bucket's last report and its window's end bounds the lease the next
+// window starts with, which comes from the bucket's timer, not from a
+// report. With the last report at 55 s and the limit per minute cut from
+// 100 to 10 at 57 s, the window at 60 s was assigned 100 tokens (the rule
+// the bucket had captured), where RLS on the same counter admits 10; a cut
+// to 0 was ignored alike, and a reload that moved the counter (another
+// window) went on leasing the old limit from a counter nothing else reads.
+// Two Envoys subscribe, so the next window's lease must count both.
+func TestReloadReachesTheNextWindowWithoutAReport(t *testing.T) {
+	for _, tc := range []struct {
+		name, to string
+		check    func(t *testing.T, e *envoy) int64
+	}{
+		{"cut to 10", "{name: per-tenant, unit: minute, requests_per_unit: 10}", func(t *testing.T, e *envoy) int64 {
+			n, _ := tokens(t, e.next(tenantA))
+			t.Logf("the next window assigns %d tokens", n)
+			if n < 1 || n > 10 {
+				t.Errorf("the next window assigns %d tokens, want 1..10: the reload's limit", n)
+			}
+			return n
+		}},
+		{"cut to 0", "{name: per-tenant, unit: minute, requests_per_unit: 0}", func(t *testing.T, e *envoy) int64 {
+			qa := e.next(tenantA).GetQuotaAssignmentAction()
+			if got := qa.GetRateLimitStrategy().GetBlanketRule(); got != typev3.RateLimitStrategy_DENY_ALL || qa.GetRateLimitStrategy().GetTokenBucket() != nil {
+				t.Errorf("at the window after the reload to 0: %v, want a blanket DENY_ALL", qa.GetRateLimitStrategy())
+			}
+			return 0
+		}},
+		{"the counter moves", "{name: per-tenant, unit: second, unit_multiplier: 30, requests_per_unit: 10}", func(t *testing.T, e *envoy) int64 {
+			n, ttl := tokens(t, e.next(tenantA))
+			t.Logf("the next window assigns %d tokens for %v", n, ttl)
+			if n < 1 || n > 10 || ttl > 30*time.Second {
+				t.Errorf("the next window assigns %d tokens for %v, want 1..10 for at most the new 30 s window", n, ttl)
+			}
+			return n
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(t0.Add(10 * time.Second))
+			sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
+			a, b := connect(t, sc), connect(t, sc)
+			a.report(false, usage{bucket: tenantA, allowed: 1})
+			tokens(t, a.next(tenantA))
+			b.report(false, usage{bucket: tenantA, allowed: 1})
+			tokens(t, b.next(tenantA))
+			settled(t, sc)
+			clk.Set(t0.Add(55 * time.Second))
+			a.report(true, usage{bucket: tenantA, allowed: 900, elapsed: 45 * time.Second}) // 20/s: the demand would take all 100
+			b.report(true, usage{bucket: tenantA, allowed: 900, elapsed: 45 * time.Second})
+			settled(t, sc)
+			clk.Set(t0.Add(57 * time.Second))
+			d, err := policy.Parse("q.yaml", []byte(strings.Replace(testPolicy, "{name: per-tenant, unit: minute, requests_per_unit: 100}", tc.to, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sc.eng.Load(bg, &policy.Set{Domains: []*policy.Domain{d}}); err != nil {
+				t.Fatal(err)
+			}
+			a.pending(tenantA)
+			b.pending(tenantA)
+			clk.Set(t0.Add(window)) // no report: the timer starts the window
+			if sum := tc.check(t, a) + tc.check(t, b); sum > 10 {
+				t.Errorf("the two Envoys are assigned %d tokens in the next window, want at most the reload's 10", sum)
+			}
+		})
+	}
+}
