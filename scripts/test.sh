@@ -7,8 +7,10 @@
 # is a table of the stages, how long each took, and one closing line:
 # "tests: N passed, N failed, N skipped". Exit 1 when anything failed.
 #
-# STAGES (default "gofmt vet unit e2e compare") runs fewer; the summaries
-# are in out/test/.
+# STAGES (default "gofmt vet unit e2e compare") runs fewer; the summaries,
+# and each test stage's whole `go test -json` output (every test's log,
+# the passing ones' measurements too: out/test/<stage>.jsonl), are in
+# out/test/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -56,7 +58,7 @@ for stage in $STAGES; do
     say "unit: go test -race, every package but test/e2e (internal/sim without -race)"
     { $GO test -count=1 -timeout 20m -json "$SIM" 2>&1
       $GO test -race -count=1 -timeout 20m -json $($GO list ./... | grep -vx -e "$E2E" -e "$SIM") 2>&1; } |
-      "$tr" run -stage unit -summary "$sums/3-unit.json"
+      tee "$sums/3-unit.jsonl" | "$tr" run -stage unit -summary "$sums/3-unit.json"
     noted $? "${PIPESTATUS[@]}"
     ;;
   e2e)
@@ -64,7 +66,7 @@ for stage in $STAGES; do
     # latency the two cores also spend on other packages' race builds.
     say "e2e: go test -race ./test/e2e (the real binary against real servers)"
     $GO test -race -count=1 -timeout 20m -json "$E2E" 2>&1 |
-      "$tr" run -stage e2e -summary "$sums/4-e2e.json"
+      tee "$sums/4-e2e.jsonl" | "$tr" run -stage e2e -summary "$sums/4-e2e.json"
     noted $? "${PIPESTATUS[@]}"
     ;;
   compare)
@@ -75,7 +77,7 @@ for stage in $STAGES; do
     say "compare: test/compare under -race, then TestParetoBar"
     (cd test/compare && $GO test -race -count=1 -timeout 10m -json -skip '^TestParetoBar$' ./... 2>&1
       $GO test -count=1 -timeout 10m -json -run '^TestParetoBar$' ./... 2>&1) |
-      "$tr" run -stage compare -summary "$sums/5-compare.json"
+      tee "$sums/5-compare.jsonl" | "$tr" run -stage compare -summary "$sums/5-compare.json"
     noted $? "${PIPESTATUS[@]}"
     ;;
   *)
