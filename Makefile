@@ -141,6 +141,18 @@ fleet-chart:
 	$(GO) test -count=1 -run '^TestE2EFleetGate$$' -v ./test/e2e/ -args -fleet-chart=$(CURDIR)/out/fleet
 	cp out/fleet/fleet-gate.png docs/fleet-gate.png
 
+# The bounds checker (internal/boundcheck) run long: SEEDS seeded
+# schedules on the memory store from FIRST_SEED, REDIS_SEEDS on a real
+# Redis, progress every 30 s, the seeds it ran at the end. `make test`
+# runs 2,000 and 100.
+SEEDS ?= 100000
+FIRST_SEED ?= 1
+REDIS_SEEDS ?= 1000
+.PHONY: check-bounds
+check-bounds:
+	$(GO) test -count=1 -timeout 0 -run '^TestBoundsHold$$' -v ./internal/boundcheck/ -args \
+		-seeds=$(SEEDS) -first-seed=$(FIRST_SEED) -redis-seeds=$(REDIS_SEEDS)
+
 # Redis Cluster: a real 3-primary cluster (redis-cli --cluster create):
 # every mode as on one Redis, the compat samples, a live reshard under
 # traffic. `make test` runs the same; bench-cluster compares 1 and 3

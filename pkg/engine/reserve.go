@@ -28,6 +28,10 @@ import (
 //     charged into it after its last admission, ≤ Σ (cost − R) over the
 //     requests settled in it then, each at most C − R: so at most
 //     (requests in flight at the window's last admission) × (C − R).
+//     Leased and fair rules also admit, once the count is past L, from
+//     the credits each node still holds (a batch, a cost leased for
+//     itself, a refund given back to them; a fair rule's quantum):
+//     internal/boundcheck judges every window so.
 
 // Reservation is units a request took from its limits before it ran,
 // waiting to be settled at its real cost. The policy it was decided by

@@ -1,0 +1,90 @@
+package boundcheck
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
+	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
+)
+
+var (
+	seeds     = flag.Uint64("seeds", 2000, "schedules to check on the memory store (make check-bounds SEEDS=…)")
+	firstSeed = flag.Uint64("first-seed", 1, "the first seed")
+	redisRuns = flag.Uint64("redis-seeds", 100, "schedules to check on a real Redis")
+	survey    = flag.Bool("survey", false, "go on past failures: report, for each row and kind broken, the first seed and how many broke it")
+)
+
+// TestBoundsHold plays seeded schedules on the memory store (each on a
+// store of its own) and on a real Redis, and judges every window by its
+// row of the bounds table. A failure is shrunk and printed, to replay
+// with -first-seed and -seeds=1.
+func TestBoundsHold(t *testing.T) {
+	ctx := context.Background()
+	check := func(t *testing.T, from, n uint64, newStore func() gale.Store) {
+		began, last := time.Now(), time.Now()
+		steps := 0
+		found, first := map[string]int{}, map[string]string{}
+		defer func() {
+			for key, n := range found {
+				t.Errorf("%s (safety %s) broken in %d schedules; the first: %s", key[:strings.LastIndex(key, "/")], key[strings.LastIndex(key, "/")+1:], n, first[key])
+			}
+		}()
+		for seed := from; seed < from+n; seed++ {
+			sc := Generate(seed)
+			steps += len(sc.Steps)
+			domain := fmt.Sprintf("bc%d", seed)
+			r, err := Run(ctx, sc, newStore, domain)
+			if err != nil {
+				t.Fatalf("seed %d: %v\n%v", seed, err, sc)
+			}
+			if r.Failed() && *survey {
+				for _, v := range r.Violations {
+					key := fmt.Sprintf("%s/%v", v.Row, v.Safety)
+					if found[key] == 0 {
+						first[key] = fmt.Sprintf("seed %d: %v", seed, v)
+					}
+					found[key]++
+				}
+				continue
+			}
+			if r.Failed() {
+				k := 0
+				small, err := Shrink(ctx, r, func(c Schedule) (Result, error) {
+					k++
+					return Run(ctx, c, newStore, fmt.Sprintf("%s-s%d", domain, k))
+				})
+				if err != nil {
+					t.Logf("shrinking stopped: %v", err)
+				}
+				t.Fatalf("seed %d broke the bounds table (%d steps, shrunk to %d in %d runs):\n%s",
+					seed, len(sc.Steps), len(small.Schedule.Steps), k, Describe(small))
+			}
+			if time.Since(last) > 30*time.Second {
+				last = time.Now()
+				t.Logf("%d of %d schedules (seeds %d..%d), %d steps, in %v", seed-from+1, n, from, seed, steps, time.Since(began).Round(time.Second))
+			}
+		}
+		t.Logf("%d schedules clean (seeds %d..%d), %d steps, in %v", n, from, from+n-1, steps, time.Since(began).Round(time.Second))
+	}
+	t.Run("memory", func(t *testing.T) {
+		check(t, *firstSeed, *seeds, func() gale.Store { return memstore.New() })
+	})
+	t.Run("redis", func(t *testing.T) {
+		if testing.Short() || *redisRuns == 0 {
+			t.Skip("starts redis-server")
+		}
+		srv := testenv.StartRedis(t)
+		store, err := redisstore.New(srv.Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, *firstSeed, *redisRuns, func() gale.Store { return store })
+	})
+}
