@@ -464,7 +464,12 @@ func waitReplicas(t *testing.T, env *testenv.Sentinel, n int) {
 	t.Helper()
 	c := env.ServerClient(env.Primary())
 	online := 0
-	if !testenv.Eventually(func() bool {
+	// The sentinels point the other replica at the new primary, and it
+	// syncs in full (its link was cut): on a loaded machine that took
+	// more than 10 s (beside a second make test). The wait is not what
+	// the test judges: the outage is timed from when a replica is in sync.
+	began := time.Now()
+	if !testenv.EventuallyWithin(testenv.StoreDeadline, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), testenv.StoreDeadline)
 		defer cancel()
 		info, err := c.Info(ctx, "replication").Result()
@@ -474,6 +479,7 @@ func waitReplicas(t *testing.T, env *testenv.Sentinel, n int) {
 		online = strings.Count(info, "state=online")
 		return online >= n
 	}) {
-		t.Fatalf("the new primary %s has %d replicas in sync, want %d", env.Primary(), online, n)
+		t.Fatalf("the new primary %s has %d replicas in sync after %v, want %d (load %s)", env.Primary(), online, time.Since(began).Round(time.Millisecond), n, testenv.LoadAverage())
 	}
+	t.Logf("%d replicas in sync with the new primary after %v", online, time.Since(began).Round(time.Millisecond))
 }
