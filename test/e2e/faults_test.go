@@ -304,9 +304,14 @@ func TestE2EFaults(t *testing.T) {
 				all = append(all, got[rule].lat...)
 			}
 			// ≤ 1% of the calls, or twice the share the machine made slow
-			// before the fault, whichever is more.
+			// before the fault, whichever is more. The load can rise
+			// between the sample and the fault (53 of 591 failed under a
+			// 10 ms fault at load 10 beside a second make test, against
+			// 2.2% slow before): like a slow answer, it is judged again on
+			// new values, and fails only in every run.
 			if allowed := max(0.01, 2*slowShare) * float64(len(all)+len(fed)); !f.fallsBack && failed > allowed {
-				t.Errorf("%s: %v of %d store calls failed, want ≤ %.0f (1%%, or twice the %.1f%% of calls over 25 ms before the fault): the fault should stay under the store timeout", f.name, failed, len(all)+len(fed), allowed, 100*slowShare)
+				slowAnswers = append(slowAnswers, fmt.Sprintf("%s: %v of %d store calls failed, want ≤ %.0f (1%%, or twice the %.1f%% of calls over 25 ms before the fault; timers up to %v late): the fault should stay under the store timeout",
+					f.name, failed, len(all)+len(fed), allowed, 100*slowShare, late))
 			}
 			var overBound []string         // count bounds broken; judged below unless a window ended
 			overAdmitted, stranded := 0, 0 // the most over a bound; the most credits a leased rule left unusable
@@ -375,16 +380,16 @@ func TestE2EFaults(t *testing.T) {
 				rows = append(rows, row)
 				break
 			}
-			spoiled = append(spoiled, fmt.Sprintf("run %d: %d answers too slow under load average %s", attempt, len(slowAnswers), testenv.LoadAverage()))
+			spoiled = append(spoiled, fmt.Sprintf("run %d: %d judgements the load may have spoiled (slow answers, store calls failed) under load average %s", attempt, len(slowAnswers), testenv.LoadAverage()))
 			if attempt >= judgeAttempts {
 				for _, slow := range slowAnswers {
 					t.Error(slow)
 				}
-				t.Errorf("%s: answers too slow in each of %d runs: %s", f.name, attempt, strings.Join(spoiled, "; "))
+				t.Errorf("%s: answers too slow or store calls failed in each of %d runs: %s", f.name, attempt, strings.Join(spoiled, "; "))
 				rows = append(rows, row)
 				break
 			}
-			t.Logf("%s, run %d: answers too slow for the load to be ruled out (load average %s; timers up to %v late; slowest healthy answer %v), e.g. %s; again on new values",
+			t.Logf("%s, run %d: answers too slow or store calls failed, the load not ruled out (load average %s; timers up to %v late; slowest healthy answer %v), e.g. %s; again on new values",
 				f.name, attempt, testenv.LoadAverage(), late, healthySlowest, slowAnswers[0])
 		}
 	}
