@@ -94,24 +94,7 @@ func (f *fairRule) CheckBytes(ctx context.Context, key []byte, cost int64, now t
 // escrow, or nothing. A denial's RetryAfter is the end of the window: the
 // escrow cannot say sooner.
 func (f *fairRule) Check(ctx context.Context, key string, cost int64, now time.Time) (gale.Decision, error) {
-	counter, tenant := splitTenant(key)
-	s, err := f.escrow(counter)
-	if err != nil {
-		return gale.Decision{}, err
-	}
-	sctx, cancel := gale.StoreContext(ctx, f.timeout)
-	fd, err := s.Decide(sctx, tenant, cost, now)
-	cancel()
-	if err != nil {
-		return f.onError.Answer(ctx, f.cfg.Limit, err)
-	}
-	// WindowEnd stays zero: Refund gives nothing back, so no window needs
-	// naming.
-	d := gale.Decision{Allowed: fd.Allowed, Limit: f.cfg.Limit, Remaining: fd.Remaining, ResetAt: fd.ResetAt}
-	if !d.Allowed {
-		d.RetryAfter = max(fd.ResetAt.Sub(now), 0)
-	}
-	return d, nil
+	return f.ask(ctx, (*fair.Shared).Decide, key, cost, now)
 }
 
 // Charge counts n units for the tenant key names in full, even past the
@@ -124,13 +107,22 @@ func (f *fairRule) Charge(ctx context.Context, key string, n int64, now time.Tim
 	if n < 1 {
 		return f.Check(ctx, key, 1, now)
 	}
+	return f.ask(ctx, (*fair.Shared).Charge, key, n, now)
+}
+
+// ask puts n units for the tenant key names to its counter's escrow with
+// op (Decide or Charge) under the store timeout, and answers as a gale
+// decision: a store error by the descriptor's on_store_error; a denial
+// with the window's end as its RetryAfter. WindowEnd stays zero: Refund
+// gives nothing back, so no window needs naming.
+func (f *fairRule) ask(ctx context.Context, op func(*fair.Shared, context.Context, string, int64, time.Time) (fair.Decision, error), key string, n int64, now time.Time) (gale.Decision, error) {
 	counter, tenant := splitTenant(key)
 	s, err := f.escrow(counter)
 	if err != nil {
 		return gale.Decision{}, err
 	}
 	sctx, cancel := gale.StoreContext(ctx, f.timeout)
-	fd, err := s.Charge(sctx, tenant, n, now)
+	fd, err := op(s, sctx, tenant, n, now)
 	cancel()
 	if err != nil {
 		return f.onError.Answer(ctx, f.cfg.Limit, err)
