@@ -30,7 +30,8 @@ const (
 	// FailClosed serves the escrow the region holds, then denies.
 	FailClosed Outage = "fail_closed"
 	// RegionalOnly serves the escrow, then a regional budget of
-	// regional_limit per window, counted on the region's own Redis.
+	// regional_limit per window, counted on the region's own Redis and
+	// paced (one unit every period/regional_limit).
 	RegionalOnly Outage = "regional_only"
 )
 
@@ -88,7 +89,7 @@ func (r *reader) federation(n *yaml.Node, field string) *Federation {
 	}
 	switch {
 	case fed.Outage == RegionalOnly && fed.RegionalLimit == 0 && regionalNode == nil:
-		r.errorf(n, field, "outage: regional_only needs regional_limit: the units per window this region admits on its own while the coordinator is unreachable (its static slice, limit/regions, keeps a window the outage covers whole within the limit)")
+		r.errorf(n, field, "outage: regional_only needs regional_limit: the units per window this region admits on its own while the coordinator is unreachable, one every period/regional_limit (its static slice, limit/regions, keeps a window the outage covers whole within the limit)")
 	case fed.Outage != RegionalOnly && regionalNode != nil:
 		r.errorf(regionalNode, join(field, "regional_limit"), "regional_limit applies only with outage: regional_only (fail_closed admits nothing beyond the escrow it holds)")
 	}

@@ -70,6 +70,8 @@ type fleetConfig struct {
 	storeTimeout time.Duration
 	// fault breaks every region's machine (a hole the region once had).
 	fault federation.RegionFault
+	// probeAfter is every Region's ProbeAfter; 0 means its default.
+	probeAfter time.Duration
 }
 
 func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet {
@@ -101,7 +103,7 @@ func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet 
 				Name: fmt.Sprintf("region-%d", r), Instance: fmt.Sprintf("p%d", p),
 				Coordinator: coord, Escrow: escrow, Batch: c.regionBatch,
 				Outage: c.outage, Fallback: fallback, RegionalLimit: c.regionalLimit, Timeout: c.storeTimeout,
-				Fault: c.fault,
+				Fault: c.fault, ProbeAfter: c.probeAfter,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -187,6 +189,14 @@ func (f *federatedFleet) storm(now time.Time, n int) {
 		}
 	}
 	wg.Wait()
+}
+
+// spread runs n storms of one check per process, every apart from from:
+// demand that reaches a paced regional budget at each of its slots.
+func (f *federatedFleet) spread(from time.Time, every time.Duration, n int) {
+	for i := range n {
+		f.storm(from.Add(time.Duration(i)*every), 1)
+	}
 }
 
 // adversarial drives the fleet over windows windows from t0: each window

@@ -144,7 +144,8 @@ func TestOutageProbesLazily(t *testing.T) {
 // escrow, then its regional budget. The stated sub-bound: a window admits
 // at most what the coordinator granted in it plus Σ regional limits, and a
 // window the outage covers whole, with each regional limit the region's
-// static slice, admits at most the limit — exactly it under heavy load.
+// static slice, admits at most the limit — exactly it under demand at
+// every slot of the paced regional budgets (a minute's 20, one every 3 s).
 func TestRegionalOnly(t *testing.T) {
 	const k = 3
 	slices, err := federation.Partition(perMinute.Limit, k)
@@ -160,7 +161,8 @@ func TestRegionalOnly(t *testing.T) {
 	w0, w1 := t0.Add(time.Minute), t0.Add(2*time.Minute)
 	f.storm(t0, 2)
 	coord.down.Store(true)
-	f.storm(t0.Add(time.Second), 40)
+	slot := perMinute.Period / time.Duration(slices[0])
+	f.spread(t0.Add(time.Second), slot, 19)
 	var sum int64
 	for _, s := range slices {
 		sum += s
@@ -168,7 +170,7 @@ func TestRegionalOnly(t *testing.T) {
 	if got, bound := f.in(w0), coord.grantedIn(w0)+k*slices[0]; got > bound {
 		t.Fatalf("the outage's first window admitted %d > granted %d + Σ regional limits %d", got, coord.grantedIn(w0), k*slices[0])
 	}
-	f.storm(t0.Add(time.Minute), 40)
+	f.spread(t0.Add(time.Minute), slot, 20)
 	if got := f.in(w1); got != sum || sum != perMinute.Limit {
 		t.Fatalf("a window the outage covers whole admitted %d, want Σ slices = %d = the limit %d", got, sum, perMinute.Limit)
 	}

@@ -23,10 +23,20 @@ const (
 	FailClosed Outage = iota
 	// RegionalOnly serves the region's escrow, then a regional budget of
 	// RegionalLimit units per window, counted on the region's own store,
-	// until the coordinator answers again. A window then admits at most
-	// what the coordinator granted in it plus Σ RegionalLimit over the
-	// regions in outage; with each RegionalLimit the region's static slice
-	// (Partition), a window the outage covers whole admits at most the limit.
+	// until the coordinator answers again. The budget is paced: one unit
+	// at a time, at most RegionalLimit in any span of one window's length
+	// (a GCRA of RegionalLimit per period with a burst of one), so that it
+	// holds in every coordinator window whatever the offset between the
+	// region's clock and the coordinator's (issue 40: counted in the
+	// region store's own fixed windows, a window 400 ms out of phase with
+	// the coordinator's admitted 9 with RegionalLimit 5). A window then
+	// admits at most what the coordinator granted in it plus Σ
+	// RegionalLimit over the regions in outage; with each RegionalLimit the
+	// region's static slice (Partition), a window the outage covers whole
+	// admits at most the limit. A call costing more than one unit is
+	// denied while the budget answers, and units given back to it are lost
+	// to it (a give-back out of order would let two units through one
+	// slot).
 	RegionalOnly
 )
 
@@ -405,13 +415,11 @@ func (r *Region) Return(ctx context.Context, key string, rule gale.Rule, credits
 	if credits <= 0 || windowEnd.IsZero() {
 		return nil
 	}
-	regional, rest, known := r.state.splitReturn(&r.mach, key, credits, windowEnd)
-	if regional > 0 {
-		sub := r.regionalRule(rule)
-		// A failed give-back to the regional budget loses the units to the
-		// window: under-admission.
-		_ = r.cfg.Fallback.Return(ctx, fallbackKey(key), sub, regional, windowEnd, now)
-	}
+	// Regional units are not given back: the paced budget has no window
+	// to give them to (a give-back moving its schedule back would let two
+	// units through one slot). They are lost to it: under-admission. They
+	// never go to the coordinator, which did not grant them.
+	_, rest, known := r.state.splitReturn(&r.mach, key, credits, windowEnd)
 	if rest <= 0 || !known {
 		return nil // unknown: they may be regional units (see RuleState)
 	}
@@ -482,12 +490,21 @@ func (r *Region) outage(ctx context.Context, key string, rule gale.Rule, lo, hi 
 		return gale.Grant{}, err
 	}
 	sub := r.regionalRule(rule)
-	if sub.Limit < lo {
+	if lo > sub.Capacity() {
+		// More than one unit at once: the paced budget never has it.
 		return gale.Grant{Now: now, Decision: gale.Decision{Limit: rule.Limit, RetryAfter: r.health.probeAfter}}, nil
 	}
-	g, ferr := r.cfg.Fallback.Lease(ctx, fallbackKey(key), sub, lo, min(hi, sub.Limit), now)
+	g, ferr := r.cfg.Fallback.Lease(ctx, fallbackKey(key), sub, lo, min(hi, sub.Capacity()), now)
 	if ferr != nil {
 		return gale.Grant{}, fmt.Errorf("federation: regional budget: %w (coordinator: %v)", ferr, err)
+	}
+	if g.Granted > 0 && g.WindowEnd.IsZero() {
+		// A GCRA grant names no window: its unit lives until the budget's
+		// next slot (its reset), which is the window a give-back names.
+		g.WindowEnd = g.Decision.ResetAt
+		if !g.WindowEnd.After(g.Now) {
+			g.WindowEnd = g.Now.Add(sub.Period / time.Duration(sub.Limit))
+		}
 	}
 	r.state.tookRegional(&r.mach, key, g, now)
 	r.stats.regional.Add(g.Granted)
@@ -495,11 +512,14 @@ func (r *Region) outage(ctx context.Context, key string, rule gale.Rule, lo, hi 
 	return g, nil
 }
 
-// regionalRule is rule as the regional budget counts it: its limit the
-// region's RegionalLimit, at most the rule's.
+// regionalRule is rule as the regional budget counts it: RegionalLimit
+// (at most the rule's limit) per period, paced, with a burst of one unit.
+// A GCRA of n per period with a burst of one admits at most n in any span
+// of one period, so the bound needs no agreement between the region's
+// clock and the coordinator's, only that they run at one rate (as the
+// escrow's clock rule does).
 func (r *Region) regionalRule(rule gale.Rule) gale.Rule {
-	rule.Limit = min(rule.Limit, r.cfg.RegionalLimit)
-	return rule
+	return gale.Rule{Algorithm: gale.GCRA, Limit: min(rule.Limit, r.cfg.RegionalLimit), Period: rule.Period, Burst: 1}
 }
 
 // fallbackKey names the regional budget's key: apart from every key the

@@ -14,23 +14,23 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/gale/storetest"
 )
 
-// TestRegionalUnitsGoBackToTheRegionalBudget (issue 28, hole 2), on real
+// TestRegionalUnitsNeverGoToTheCoordinator (issue 28, hole 2), on real
 // Redis escrows and regional stores: region b holds the whole limit of
-// 10; region a, in outage, leases 5 from its regional budget; the
-// coordinator comes back and a gives the 5 back. Fixed windows align on
-// Unix time, so the regional grant's window end is the coordinator's, and
-// the region reconciled the 5 to the coordinator, which granted b 5 more:
-// 15 granted against 10. They go back to the regional budget instead.
-func TestRegionalUnitsGoBackToTheRegionalBudget(t *testing.T) {
+// 10; region a, in outage, leases a unit from its regional budget; the
+// coordinator comes back and a gives the unit back. The region once
+// reconciled regional units to the coordinator, which granted b them
+// again: 15 granted against 10 (pkg/gale/model keeps that hole,
+// FaultRegionalToCoordinator, found). They are lost to the regional budget
+// instead (issue 40: a paced budget takes no give-backs), and its next
+// slot comes at its time.
+func TestRegionalUnitsNeverGoToTheCoordinator(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		fault federation.RegionFault
-		// granted is what the coordinator grants in the window; regional
-		// what a's regional budget has left after the give-back.
-		granted, regional int64
+		// granted is what the coordinator grants in the window.
+		granted int64
 	}{
-		{"fixed", 0, 10, 5},
-		{"the hole (FaultRegionalToCoordinator)", federation.FaultRegionalToCoordinator, 15, 0},
+		{"fixed", 0, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rule := gale.Rule{Algorithm: gale.FixedWindow, Limit: 10, Period: time.Minute}
@@ -54,25 +54,36 @@ func TestRegionalUnitsGoBackToTheRegionalBudget(t *testing.T) {
 			}
 			coord.down.Store(true)
 			g, err := ra.Lease(ctx, key, rule, 1, 5, now)
-			if err != nil || g.Granted != 5 || !ra.Down() {
-				t.Fatalf("a's lease in outage: %+v, %v (down %v), want 5 from the regional budget", g, err, ra.Down())
+			if err != nil || g.Granted != 1 || !ra.Down() {
+				t.Fatalf("a's lease in outage: %+v, %v (down %v), want 1 from the paced regional budget", g, err, ra.Down())
+			}
+			if again, err := ra.Lease(ctx, key, rule, 1, 5, now); err != nil || again.Granted != 0 {
+				t.Fatalf("a's second lease at the same instant: %+v, %v, want none: one unit per slot (12 s)", again, err)
 			}
 			coord.down.Store(false)
-			if err := ra.Return(ctx, key, rule, 5, g.WindowEnd, now); err != nil {
+			if err := ra.Return(ctx, key, rule, 1, g.WindowEnd, now); err != nil {
 				t.Fatal(err)
 			}
 			later := now.Add(2 * time.Second)      // past the probe
 			rb.Lease(ctx, key, rule, 1, 10, later) //nolint:errcheck // what it got is read from the coordinator's count
-			if got := coord.grantedIn(g.WindowEnd); got != tc.granted {
+			if got := coord.grantedIn(time.UnixMicro(windowEnd(rule, later))); got != tc.granted {
 				t.Fatalf("the coordinator granted %d in the window, want %d", got, tc.granted)
 			}
 			coord.down.Store(true)
-			left, err := ra.Lease(ctx, key, rule, 1, 5, later.Add(2*time.Second))
-			if err != nil || left.Granted != tc.regional {
-				t.Fatalf("a's regional budget after the give-back granted %+v, %v, want %d", left, err, tc.regional)
+			if left, err := ra.Lease(ctx, key, rule, 1, 5, later.Add(2*time.Second)); err != nil || left.Granted != 0 {
+				t.Fatalf("a's regional budget after the give-back granted %+v, %v, want none before its next slot", left, err)
+			}
+			if next, err := ra.Lease(ctx, key, rule, 1, 5, now.Add(12*time.Second)); err != nil || next.Granted != 1 {
+				t.Fatalf("a's regional budget at its next slot granted %+v, %v, want 1", next, err)
 			}
 		})
 	}
+}
+
+// windowEnd is the end (Unix µs) of rule's window holding now.
+func windowEnd(rule gale.Rule, now time.Time) int64 {
+	_, end := rule.WindowBounds(now.UnixMicro())
+	return end
 }
 
 // refusing is a coordinator that refuses leases of keys longer than 64
@@ -252,5 +263,69 @@ func TestAReplacedRegionKeepsItsReconciles(t *testing.T) {
 	}
 	if got, err := coord.Lease(ctx, "k", perMinute, 1, 60, now); err != nil || got.Granted != 60 {
 		t.Fatalf("the window after the give-back granted %+v, %v, want all 60 (the 10 given back)", got, err)
+	}
+}
+
+// skewedStore is a region's store whose clock reads behind the
+// coordinator's by lag: every call's now is moved back by it (a Redis whose
+// TIME is lag behind the coordinator's, as the fleet sees it).
+type skewedStore struct {
+	gale.Store
+	lag time.Duration
+}
+
+func (s skewedStore) Check(ctx context.Context, key string, rule gale.Rule, cost int64, now time.Time) (gale.Decision, error) {
+	return s.Store.Check(ctx, key, rule, cost, now.Add(-s.lag))
+}
+
+func (s skewedStore) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi int64, now time.Time) (gale.Grant, error) {
+	return s.Store.Lease(ctx, key, rule, lo, hi, now.Add(-s.lag))
+}
+
+func (s skewedStore) Return(ctx context.Context, key string, rule gale.Rule, credits int64, windowEnd, now time.Time) error {
+	return s.Store.Return(ctx, key, rule, credits, windowEnd, now.Add(-s.lag))
+}
+
+func (s skewedStore) Charge(ctx context.Context, key string, rule gale.Rule, n int64, now time.Time) (gale.Decision, error) {
+	return s.Store.Charge(ctx, key, rule, n, now.Add(-s.lag))
+}
+
+// TestRegionalBudgetHoldsOnASkewedClock (issue 40, item 4), on a real
+// Redis as the region's store: the coordinator is unreachable and the
+// region's Redis reads 400 ms behind it. Counted in the region store's own
+// fixed windows, the regional budget of 5 began a new window 600 ms into
+// each of the coordinator's, and a coordinator window admitted 9 or 10.
+// Paced, it admits at most 5 in any second, whatever the offset, and
+// about 5 in each second under steady demand.
+func TestRegionalBudgetHoldsOnASkewedClock(t *testing.T) {
+	rule := gale.Rule{Algorithm: gale.FixedWindow, Limit: 10, Period: time.Second}
+	const regional, windows, perWindow = 5, 6, 20
+	for _, lag := range []time.Duration{0, 400 * time.Millisecond, 999 * time.Millisecond} {
+		t.Run(fmt.Sprintf("lag %v", lag), func(t *testing.T) {
+			coord := newSwitchable()
+			coord.down.Store(true) // from the start: the region has no coordinator grant
+			b := realRegions(t, nil)
+			fallback := b.fallback
+			b.fallback = func(t *testing.T, r int) gale.Store { return skewedStore{fallback(t, r), lag} }
+			f := newFederatedFleet(t, b, fleetConfig{regions: 1, processes: 2, rule: rule, batch: 4, regionBatch: 10,
+				outage: federation.RegionalOnly, regionalLimit: regional, coord: coord})
+			t0 := storetest.Timeline()
+			for i := range windows * perWindow {
+				// Steady demand, evenly spread, alternating processes; the
+				// fleet counts each admission in the coordinator's window
+				// of its instant.
+				f.check(0, i%2, t0.Add(time.Duration(i)*time.Second/perWindow))
+			}
+			for w := range windows {
+				end := t0.Add(time.Duration(w+1) * time.Second)
+				got := f.in(end)
+				if got > regional {
+					t.Errorf("coordinator window %d admitted %d from the regional budget, want at most regional_limit %d", w, got, regional)
+				}
+				if w > 0 && got < regional-1 {
+					t.Errorf("coordinator window %d admitted %d of %d asked, want at least %d: the paced budget serves a unit every period/%d", w, got, perWindow, regional-1, regional)
+				}
+			}
+		})
 	}
 }

@@ -177,7 +177,7 @@ func (c RegionConfig) region() *federation.RegionMachine {
 // from left units: as many as remain up to hi, none below lo.
 func grant(left *int, lo, hi int64, w int) gale.Grant {
 	end, now := windowEnd(w), instant(w)
-	if int64(*left) < lo {
+	if int64(*left) < lo || hi < lo {
 		return gale.Grant{Now: now, Decision: gale.Decision{ResetAt: end, RetryAfter: end.Sub(now)}}
 	}
 	g := min(hi, int64(*left))
@@ -216,14 +216,13 @@ func (c RegionConfig) serve(s *RegionState, r, p int) bool {
 }
 
 // giveBack is Region.Return of credits of window end from process p of
-// region r: regional units to the regional budget, the rest joining the
+// region r: regional units lost, the rest joining the
 // escrow's live balance of that window or reconciled.
 func (c RegionConfig) giveBack(s *RegionState, r, p int, credits int64, end time.Time) {
 	reg := &s.Regions[r]
-	regional, rest := c.region().SplitReturn(&reg.Procs[p].Regional, credits, end)
-	if regional > 0 && end.Equal(windowEnd(s.Window)) {
-		reg.RegionalLeft = min(c.RegionalLimit, reg.RegionalLeft+int(regional))
-	}
+	// Regional units are lost to the paced budget (Region.Return): never
+	// given back to it, never to L3.
+	_, rest := c.region().SplitReturn(&reg.Procs[p].Regional, credits, end)
 	if rest <= 0 {
 		return
 	}
@@ -378,7 +377,13 @@ func (c RegionConfig) lease(s RegionState, r, p int) []RegionTransition {
 		}
 		return append(out, RegionTransition{RegionStep{Kind: kind, Region: r, Proc: p}, t})
 	}
-	g := grant(&reg.RegionalLeft, st.Min, min(st.Max, int64(c.RegionalLimit)), t.Window)
+	// The regional budget is paced (Region's GCRA of RegionalLimit per
+	// period, burst one): one unit per lease, none to a lease asking more,
+	// at most RegionalLimit in any span of a period. The model counts it
+	// per coordinator window, which that span bound implies whatever the
+	// region's clock reads: the window here abstracts the clocks, and the
+	// pacing is what makes the abstraction sound (issue 40, item 4).
+	g := grant(&reg.RegionalLeft, st.Min, min(st.Max, 1), t.Window)
 	rm.TookRegional(&reg.Procs[p].Regional, g)
 	m.Landed(k, st.Lease, now, g)
 	c.serve(&t, r, p)

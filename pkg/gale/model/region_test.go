@@ -18,7 +18,7 @@ var regionSpaces = []struct {
 }{
 	{"one region of two processes", RegionConfig{Regions: 1, Processes: 2, Limit: 2, Batch: 2, ProcessBatch: 1, Windows: 2, Reconciles: 1}, 731, 2333},
 	{"two regions, outages, fail_closed", RegionConfig{Regions: 2, Processes: 1, Limit: 3, Batch: 3, ProcessBatch: 1, Windows: 2, Reconciles: 1, Outages: true}, 10734, 46850},
-	{"two regions, outages, regional_only", RegionConfig{Regions: 2, Processes: 1, Limit: 2, Batch: 2, ProcessBatch: 2, Windows: 2, Reconciles: 1, Outage: federation.RegionalOnly, RegionalLimit: 2, Outages: true}, 204924, 1143210},
+	{"two regions, outages, regional_only", RegionConfig{Regions: 2, Processes: 1, Limit: 2, Batch: 2, ProcessBatch: 2, Windows: 2, Reconciles: 1, Outage: federation.RegionalOnly, RegionalLimit: 2, Outages: true}, 248037, 1368112},
 }
 
 // TestRegionBound explores the real region machine (federation.
@@ -77,7 +77,10 @@ func TestRegionFaultsAreFound(t *testing.T) {
 		steps int
 	}{
 		{"the escrow's life measured from the refill", RegionConfig{Regions: 1, Processes: 1, Limit: 3, Batch: 3, ProcessBatch: 1, Windows: 2, Reconciles: 1, Fault: federation.FaultEscrowTTLFromRefill}, 8},
-		{"regional units reconciled to the coordinator", RegionConfig{Regions: 2, Processes: 1, Limit: 2, Batch: 2, ProcessBatch: 2, Windows: 2, Reconciles: 1, Outage: federation.RegionalOnly, RegionalLimit: 2, Outages: true, Fault: federation.FaultRegionalToCoordinator}, 8},
+		// FaultRegionalToCoordinator is no longer reachable: the paced
+		// regional budget grants one unit to a lease, which its check
+		// spends at once, so no process holds regional units to give back
+		// (issue 40, item 4; TestRegionalUnitsNeverGoToTheCoordinator).
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
