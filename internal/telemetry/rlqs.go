@@ -21,7 +21,9 @@ var (
 	descRLQSStreams     = prometheus.NewDesc("throttlekit_rlqs_streams_open", "RLQS streams (one per Envoy and domain) open now.", nil, nil)
 	descRLQSBlanket     = prometheus.NewDesc("throttlekit_rlqs_blanket_actions_total", "Blanket actions sent, by action (allow_all, deny_all) and reason (no_limit: no limit matches the bucket; blocked: a limit of 0; refused: a limit RLQS cannot serve, logged with its rule).", []string{"action", "reason"}, nil)
 	descRLQSSkipped     = prometheus.NewDesc("throttlekit_rlqs_skipped_usages_total", "Bucket usages of reports not served, by reason (bucket_id, entries, elapsed, counts, streams); bad_report counts whole messages refused with INVALID_ARGUMENT.", []string{"reason"}, nil)
-	descRLQSDropped     = prometheus.NewDesc("throttlekit_rlqs_dropped_responses_total", "Responses not sent because an Envoy's stream was not reading (its send queue was full); an assignment among them stays charged.", nil, nil)
+	descRLQSSuperseded  = prometheus.NewDesc("throttlekit_rlqs_superseded_actions_total", "Bucket actions replaced, before they were sent, by a newer one for the same bucket and stream (an Envoy reading slower than its actions come); an assignment among them stays charged, which only under-admits.", nil, nil)
+	descRLQSMessages    = prometheus.NewDesc("throttlekit_rlqs_response_messages_total", "Response messages sent to Envoys.", nil, nil)
+	descRLQSActions     = prometheus.NewDesc("throttlekit_rlqs_actions_sent_total", "Bucket actions sent to Envoys (a response message carries up to 1,000).", nil, nil)
 )
 
 // RLQSCollector is the throttlekit_rlqs_* series, read from Stats at each
@@ -33,7 +35,7 @@ type RLQSCollector struct {
 // Describe sends the descriptors of every series c collects.
 func (RLQSCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRLQSAssignments, descRLQSUnits, descRLQSExpiries, descRLQSAbandons, descRLQSReported,
-		descRLQSLeased, descRLQSReturned, descRLQSStreams, descRLQSBlanket, descRLQSSkipped, descRLQSDropped} {
+		descRLQSLeased, descRLQSReturned, descRLQSStreams, descRLQSBlanket, descRLQSSkipped, descRLQSSuperseded, descRLQSMessages, descRLQSActions} {
 		ch <- d
 	}
 }
@@ -66,9 +68,11 @@ func (c RLQSCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descRLQSBlanket, s.Blanket[rlqsserver.BlanketReason{Action: a, Reason: why}], a, why)
 		}
 	}
-	for _, why := range []string{"bucket_id", "entries", "elapsed", "counts", "streams"} {
+	for _, why := range []string{"bucket_id", "entries", "elapsed", "counts", "streams", "report"} {
 		counter(descRLQSSkipped, s.Skipped[why], why)
 	}
 	counter(descRLQSSkipped, s.BadReports, "bad_report")
-	counter(descRLQSDropped, s.Dropped)
+	counter(descRLQSSuperseded, s.Superseded)
+	counter(descRLQSMessages, s.Messages)
+	counter(descRLQSActions, s.Actions)
 }

@@ -226,7 +226,7 @@ func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 		if s == nil {
 			continue // left meanwhile: the machine charged it all the same
 		}
-		s.st.push(b.tokenBucket(a))
+		s.st.push(b.key, b.tokenBucket(a))
 	}
 	if l := acts.Lease; l.ID != 0 {
 		b.leaseAsync(l, now)
@@ -386,10 +386,10 @@ func (b *bucket) abandonLocked(str *stream, now time.Time) {
 		b.srv.stats.rule(b.rule(), func(r *RuleStats) { r.Abandons++ })
 	}
 	b.srv.stats.add(func(t *stats) { t.abandons++ })
-	str.push(&rlqspb.RateLimitQuotaResponse{BucketAction: []*rlqspb.RateLimitQuotaResponse_BucketAction{{
+	str.push(b.key, &rlqspb.RateLimitQuotaResponse_BucketAction{
 		BucketId:     b.id,
 		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
-	}}})
+	})
 }
 
 func (b *bucket) stop() {
@@ -407,7 +407,7 @@ func (b *bucket) stopLocked() {
 
 // tokenBucket is assignment a as Envoy reads it. max_tokens is a uint32:
 // a larger share is sent as 2³²−1 (it was charged in full).
-func (b *bucket) tokenBucket(a rlqs.Assignment) *rlqspb.RateLimitQuotaResponse {
+func (b *bucket) tokenBucket(a rlqs.Assignment) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	tb := &typev3.TokenBucket{
 		MaxTokens:     uint32(min(a.MaxTokens, math.MaxUint32)),
 		TokensPerFill: wrapperspb.UInt32(uint32(max(min(a.TokensPerFill, math.MaxUint32), 1))),
@@ -423,11 +423,11 @@ func (b *bucket) blanketLocked(str *stream, rule typev3.RateLimitStrategy_Blanke
 		name = "allow_all"
 	}
 	b.srv.stats.add(func(t *stats) { t.blanket[BlanketReason{Action: name, Reason: reason}]++ })
-	str.push(b.action(&typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}, b.srv.opts.BlanketTTL))
+	str.push(b.key, b.action(&typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}, b.srv.opts.BlanketTTL))
 }
 
-func (b *bucket) action(strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqspb.RateLimitQuotaResponse {
-	return &rlqspb.RateLimitQuotaResponse{BucketAction: []*rlqspb.RateLimitQuotaResponse_BucketAction{{
+func (b *bucket) action(strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{
 		BucketId: b.id,
 		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 			QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
@@ -435,5 +435,5 @@ func (b *bucket) action(strategy *typev3.RateLimitStrategy, ttl time.Duration) *
 				RateLimitStrategy:    strategy,
 			},
 		},
-	}}}
+	}
 }

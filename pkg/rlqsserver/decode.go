@@ -16,9 +16,14 @@ import (
 
 // Bounds on a usage report, beyond ratelimit's bounds on a descriptor.
 const (
-	// MaxUsagesPerReport is the most buckets one report message may carry;
-	// a message with more is refused with InvalidArgument.
-	MaxUsagesPerReport = 4096
+	// MaxUsagesPerReport is the most bucket usages of one report message
+	// served: the most buckets a stream subscribes, since Envoy reports
+	// every bucket it caches at each tick. Usages past it are skipped
+	// (reason "report"), the rest served: refusing the message once
+	// failed an honest Envoy that had seen more than 4,096 buckets at
+	// every tick, and all its buckets fell to their no-assignment
+	// behaviour (issue 41).
+	MaxUsagesPerReport = MaxBucketsPerStream
 	// MaxElapsed is the longest time_elapsed a usage may report.
 	MaxElapsed = 24 * time.Hour
 )
@@ -42,8 +47,9 @@ type usage struct {
 // skipped is one bucket usage of a report that cannot be served, and why:
 // the rest of the report is.
 type skipped struct {
-	reason string // a metric label: bucket_id, entries, elapsed, counts
+	reason string // a metric label: bucket_id, entries, elapsed, counts, report
 	err    error
+	n      int // the usages it stands for: 0 means one
 }
 
 // decoder decodes one stream's report messages into buffers it reuses
@@ -63,8 +69,9 @@ func decodeReports(m *rlqspb.RateLimitQuotaUsageReports) (domain string, out []u
 }
 
 // decodeReports checks a report message: its domain and each bucket's
-// usage. A message without a domain, with a domain too long or with more
-// than MaxUsagesPerReport buckets is an error (wrapping ErrBadReport); a
+// usage. A message without a domain or with a domain too long is an error
+// (wrapping ErrBadReport); usages past MaxUsagesPerReport are skipped as
+// one (reason "report"); a
 // bucket usage that cannot be served (no or empty bucket id, an id that
 // cannot be a descriptor, an elapsed time or counts out of range) is
 // skipped, with the reason, and the others are served.
@@ -83,14 +90,18 @@ func (d *decoder) decode(m *rlqspb.RateLimitQuotaUsageReports) (domain string, o
 		return "", nil, nil, fmt.Errorf("%w: no domain (the filter's domain field)", ErrBadReport)
 	case len(domain) > ratelimit.MaxDomainBytes:
 		return "", nil, nil, fmt.Errorf("%w: domain is %d bytes, at most %d", ErrBadReport, len(domain), ratelimit.MaxDomainBytes)
-	case len(m.GetBucketQuotaUsages()) > MaxUsagesPerReport:
-		return "", nil, nil, fmt.Errorf("%w: %d bucket usages in one report, at most %d", ErrBadReport, len(m.GetBucketQuotaUsages()), MaxUsagesPerReport)
 	}
 	out, skips = d.usages[:0], d.skips[:0]
 	clear(d.skips[:cap(d.skips)]) // drop the errors of the message before
 	d.keys = d.keys[:0]
 	defer func() { d.usages, d.skips = out[:0], skips[:0] }()
-	for i, u := range m.GetBucketQuotaUsages() {
+	all := m.GetBucketQuotaUsages()
+	if len(all) > MaxUsagesPerReport {
+		skips = append(skips, skipped{reason: "report", n: len(all) - MaxUsagesPerReport,
+			err: fmt.Errorf("%d bucket usages in one report: those past the first %d are skipped", len(all), MaxUsagesPerReport)})
+		all = all[:MaxUsagesPerReport]
+	}
+	for i, u := range all {
 		skip := func(reason, format string, args ...any) {
 			skips = append(skips, skipped{reason: reason, err: fmt.Errorf("bucket usage %d: %s", i, fmt.Sprintf(format, args...))})
 		}

@@ -2,6 +2,7 @@ package rlqsserver
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,15 +25,10 @@ func bucketUsage(id map[string]string, allowed, denied uint64, elapsed *duration
 // TestDecodeReports: a message that cannot be served is an error; a usage
 // that cannot be is skipped with its reason, the others served.
 func TestDecodeReports(t *testing.T) {
-	many := &rlqspb.RateLimitQuotaUsageReports{Domain: "d"}
-	for range MaxUsagesPerReport + 1 {
-		many.BucketQuotaUsages = append(many.BucketQuotaUsages, bucketUsage(map[string]string{"a": "b"}, 1, 0, nil))
-	}
 	for name, m := range map[string]*rlqspb.RateLimitQuotaUsageReports{
 		"nil":         nil,
 		"no domain":   {BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{bucketUsage(map[string]string{"a": "b"}, 1, 0, nil)}},
 		"long domain": {Domain: strings.Repeat("d", ratelimit.MaxDomainBytes+1)},
-		"huge":        many,
 	} {
 		if _, _, _, err := decodeReports(m); !errors.Is(err, ErrBadReport) {
 			t.Errorf("%s: %v, want ErrBadReport", name, err)
@@ -122,4 +118,39 @@ func FuzzDecodeReports(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAFullReportIsServed (issue 41, item 8): Envoy reports every bucket
+// it caches at each tick, so an Envoy that has seen 5,000 buckets sends
+// 5,000 usages; refused past 4,096, the whole report was, at every tick.
+// Up to MaxUsagesPerReport are served; past it the rest are skipped as one
+// skip that says how many.
+func TestAFullReportIsServed(t *testing.T) {
+	report := func(n int) *rlqspb.RateLimitQuotaUsageReports {
+		m := &rlqspb.RateLimitQuotaUsageReports{Domain: "d"}
+		for i := range n {
+			m.BucketQuotaUsages = append(m.BucketQuotaUsages, bucketUsage(map[string]string{"path": strconv.Itoa(i)}, 1, 0, nil))
+		}
+		return m
+	}
+	for _, tc := range []struct{ n, served, skipped int }{
+		{5000, 5000, 0},
+		{MaxUsagesPerReport, MaxUsagesPerReport, 0},
+		{MaxUsagesPerReport + 7, MaxUsagesPerReport, 7},
+	} {
+		_, out, skips, err := decodeReports(report(tc.n))
+		if err != nil {
+			t.Fatalf("%d usages: %v, want them served", tc.n, err)
+		}
+		skipped := 0
+		for _, s := range skips {
+			if s.reason != "report" {
+				t.Fatalf("%d usages: skip %v", tc.n, s.err)
+			}
+			skipped += s.n
+		}
+		if len(out) != tc.served || skipped != tc.skipped {
+			t.Errorf("%d usages: served %d, skipped %d; want %d and %d", tc.n, len(out), skipped, tc.served, tc.skipped)
+		}
+	}
 }

@@ -53,8 +53,10 @@ const (
 	// MaxBucketsPerStream bounds the buckets one stream subscribes; usages
 	// of more are skipped (reason "streams").
 	MaxBucketsPerStream = 10000
-	// sendQueue is the responses one stream holds before it drops.
-	sendQueue = 256
+	// MaxActionsPerMessage is the most bucket actions one response
+	// message carries: a stream's due actions go out in as few messages
+	// as this allows.
+	MaxActionsPerMessage = 1000
 )
 
 // Options configure a Server. Resolver is required.
@@ -190,8 +192,8 @@ func (s *Server) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLi
 		return ErrShuttingDown
 	default:
 	}
-	str := &stream{id: rlqs.StreamID(s.nextStream.Add(1)), out: make(chan *rlqspb.RateLimitQuotaResponse, sendQueue),
-		subs: map[string]*bucket{}, stats: s.stats}
+	str := &stream{id: rlqs.StreamID(s.nextStream.Add(1)), due: make(chan struct{}, 1),
+		pending: map[string]*rlqspb.RateLimitQuotaResponse_BucketAction{}, subs: map[string]*bucket{}, stats: s.stats}
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
 	s.stats.add(func(t *stats) { t.streams++ })
@@ -276,7 +278,8 @@ func (s *Server) handle(str *stream, m *rlqspb.RateLimitQuotaUsageReports) error
 }
 
 func (s *Server) skip(domain string, sk skipped) {
-	s.stats.add(func(t *stats) { t.skipped[sk.reason]++ })
+	n := int64(max(sk.n, 1))
+	s.stats.add(func(t *stats) { t.skipped[sk.reason] += n })
 	s.log.Debug("rlqs: bucket usage skipped", "domain", domain, "reason", sk.reason, "err", sk.err)
 }
 
@@ -311,46 +314,87 @@ func (s *Server) drop(b *bucket) {
 	}
 }
 
-// stream is one Envoy stream: its subscriptions and its send queue.
+// stream is one Envoy stream: its subscriptions and the actions due on it.
+//
+// Actions are not queued one message each: each bucket has at most one
+// action due (a newer one for the bucket replaces one not yet sent, which
+// Envoy would have replaced on arrival), and the send loop sends every
+// due action in messages of up to MaxActionsPerMessage. Nothing is
+// dropped: what is due is bounded by the buckets the stream subscribes.
+// (A queue of 256 single-action messages dropped 743 of 1,000 abandons
+// sent in a burst, and assignments charged and never delivered.)
 type stream struct {
 	id     rlqs.StreamID
 	domain string             // set by the first report; touched by the receiving goroutine only
 	subs   map[string]*bucket // by bucket key; touched by the receiving goroutine only
 	dec    decoder            // touched by the receiving goroutine only
-	out    chan *rlqspb.RateLimitQuotaResponse
 	stats  *stats
-	mu     sync.Mutex // guards done
-	done   bool
+	due    chan struct{} // signalled when an action becomes due
+
+	mu      sync.Mutex // guards what follows
+	done    bool
+	pending map[string]*rlqspb.RateLimitQuotaResponse_BucketAction // by bucket key
+	order   []string                                               // pending's keys, oldest first
 }
 
-// push queues r without waiting; a full queue drops it (counted): an
-// assignment dropped stays charged, which only under-admits.
-func (st *stream) push(r *rlqspb.RateLimitQuotaResponse) {
+// push makes a due on the stream for bucket key without waiting; an action
+// of the bucket not yet sent is replaced (counted as superseded: an
+// assignment among them stays charged, which only under-admits).
+func (st *stream) push(key string, a *rlqspb.RateLimitQuotaResponse_BucketAction) {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	if st.done {
+		st.mu.Unlock()
 		return
 	}
-	select {
-	case st.out <- r:
-	default:
-		st.stats.add(func(t *stats) { t.dropped++ })
+	if _, ok := st.pending[key]; ok {
+		st.stats.add(func(t *stats) { t.superseded++ })
+	} else {
+		st.order = append(st.order, key)
 	}
+	st.pending[key] = a
+	st.mu.Unlock()
+	select {
+	case st.due <- struct{}{}:
+	default: // a signal is already waiting
+	}
+}
+
+// next takes up to MaxActionsPerMessage due actions, oldest first, as one
+// message; nil when none is due.
+func (st *stream) next() *rlqspb.RateLimitQuotaResponse {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := min(len(st.order), MaxActionsPerMessage)
+	if n == 0 {
+		return nil
+	}
+	r := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, n)}
+	for _, key := range st.order[:n] {
+		r.BucketAction = append(r.BucketAction, st.pending[key])
+		delete(st.pending, key)
+	}
+	st.order = append(st.order[:0], st.order[n:]...)
+	return r
 }
 
 func (st *stream) sendLoop(ctx context.Context, s grpc.ServerStream) error {
 	defer func() {
 		st.mu.Lock()
 		st.done = true
+		clear(st.pending)
+		st.order = nil
 		st.mu.Unlock()
 	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case r := <-st.out:
-			if err := s.SendMsg(r); err != nil {
-				return err
+		case <-st.due:
+			for r := st.next(); r != nil; r = st.next() {
+				if err := s.SendMsg(r); err != nil {
+					return err
+				}
+				st.stats.add(func(t *stats) { t.messages++; t.actions += int64(len(r.BucketAction)) })
 			}
 		}
 	}

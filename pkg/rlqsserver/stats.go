@@ -44,9 +44,14 @@ type Stats struct {
 	StoreCalls int64
 	// Abandons is the AbandonActions sent, for every kind of bucket.
 	Abandons int64
-	// Dropped is the responses not sent because a stream's send queue was
-	// full (each assignment among them stays charged).
-	Dropped int64
+	// Superseded is the actions replaced, before they were sent, by a
+	// newer one for the same bucket and stream (an Envoy reading slower
+	// than its buckets' actions come; an assignment among them stays
+	// charged, which only under-admits).
+	Superseded int64
+	// Messages is the response messages sent, Actions the bucket actions
+	// they carried (up to MaxActionsPerMessage each).
+	Messages, Actions int64
 }
 
 // BlanketReason is why a blanket action was sent.
@@ -63,7 +68,9 @@ type stats struct {
 	blanket    map[BlanketReason]int64
 	skipped    map[string]int64
 	badReports int64
-	dropped    int64
+	superseded int64
+	messages   int64
+	actions    int64
 	abandons   int64
 	calls      int64
 }
@@ -93,7 +100,7 @@ func (s *stats) add(f func(*stats)) {
 func (s *stats) snapshot() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := Stats{StreamsOpen: s.streams, BadReports: s.badReports, Dropped: s.dropped, Abandons: s.abandons, StoreCalls: s.calls,
+	out := Stats{StreamsOpen: s.streams, BadReports: s.badReports, Superseded: s.superseded, Messages: s.messages, Actions: s.actions, Abandons: s.abandons, StoreCalls: s.calls,
 		Blanket: make(map[BlanketReason]int64, len(s.blanket)), Skipped: make(map[string]int64, len(s.skipped))}
 	for _, r := range s.rules {
 		out.Rules = append(out.Rules, *r)

@@ -1,0 +1,84 @@
+package rlqsserver_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/throttlekit/throttlekit/internal/testenv"
+	"github.com/throttlekit/throttlekit/pkg/clock"
+	"github.com/throttlekit/throttlekit/pkg/rlqsserver"
+)
+
+// TestEveryActionOfABurstArrives (issue 41, items 3 and 8), on a real
+// Redis: an Envoy with n buckets (the shipped config makes one per path)
+// reports them all in one message, as Envoy does at every tick, and reads
+// nothing until the sidecar has leased for every one. Each bucket's
+// assignment must arrive. With one action per message through a queue of
+// 256, most were dropped while the Envoy was not reading (charged and
+// never delivered); with more than 4,096 buckets the whole report was
+// refused with INVALID_ARGUMENT.
+func TestEveryActionOfABurstArrives(t *testing.T) {
+	for _, n := range []int{3000, 5000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			clk := clock.NewFake(t0.Add(10 * time.Second))
+			sc := startSidecar(t, stores(t)["redis"](t), clk, rlqsserver.Options{})
+			conn, err := grpc.NewClient(sc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// The stream's deadline bounds the wait for assignments that
+			// never come.
+			ctx, cancel := context.WithTimeout(bg, testenv.StoreDeadline)
+			defer cancel()
+			st, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Long ids, as a bucket per path has: the actions fill the
+			// stream's flow-control window (HTTP/2's grows to a few MB)
+			// long before they are all sent.
+			pad := "/" + strings.Repeat("v1/items/", 50)
+			m := &rlqspb.RateLimitQuotaUsageReports{Domain: "q"}
+			for i := range n {
+				m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+					BucketId: &rlqspb.BucketId{Bucket: map[string]string{"tenant": strconv.Itoa(i) + pad}}, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1})
+			}
+			if err := st.Send(m); err != nil {
+				t.Fatal(err)
+			}
+			// Not reading: the assignments pile up behind the stream's
+			// flow control while the leases land.
+			waitFor(t, "a lease for every bucket", func() bool { return ruleStats(sc.srv, "per-tenant").Leases >= int64(n) })
+			got := map[string]bool{}
+			for len(got) < n {
+				r, err := st.Recv()
+				if err != nil {
+					t.Fatalf("after %d of %d buckets' assignments: %v", len(got), n, err)
+				}
+				for _, a := range r.GetBucketAction() {
+					if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil {
+						t.Fatalf("bucket %v: %v, want a token bucket", a.GetBucketId().GetBucket(), a)
+					}
+					got[a.GetBucketId().GetBucket()["tenant"]] = true
+				}
+			}
+			s := sc.srv.Stats()
+			if len(got) != n {
+				t.Fatalf("%d of %d buckets got their assignment (superseded %d)", len(got), n, s.Superseded)
+			}
+			t.Logf("%d assignments in %d messages", s.Actions, s.Messages)
+			if s.Messages >= s.Actions {
+				t.Errorf("%d messages for %d actions: not batched", s.Messages, s.Actions)
+			}
+		})
+	}
+}
