@@ -195,7 +195,7 @@ func (b *bucket) resolveLocked(q ratelimit.Quota, now time.Time) {
 	if q.Kind == ratelimit.QuotaRefused {
 		if msg := q.Refused.Error(); msg != b.refused {
 			b.refused = msg
-			b.srv.log.Warn("rlqs: bucket answered DENY_ALL", "domain", b.domain, "err", q.Refused)
+			b.srv.warns.warn(b.srv.log, now, "rlqs: bucket answered DENY_ALL", b.domain, "", "err", q.Refused)
 		}
 	}
 }
@@ -266,7 +266,7 @@ func (b *bucket) leaseAsync(l rlqs.LeaseAsk, sent time.Time) {
 		}
 		var acts rlqs.Actions
 		if err != nil {
-			b.srv.log.Warn("rlqs: lease failed; the next window or report asks again", "domain", b.domain, "rule", limits[0].Rule.Name, "err", err)
+			b.srv.warns.warn(b.srv.log, now, "rlqs: lease failed; the next window or report asks again", b.domain, limits[0].Rule.Name, "err", err)
 			acts = b.machine.Failed(&b.state, l.ID, now)
 		} else {
 			if g.Granted > 0 {
@@ -301,7 +301,7 @@ func (b *bucket) returnUnits(lim ratelimit.QuotaLimit, units int64, g ratelimit.
 		ctx, cancel := context.WithTimeout(context.Background(), b.srv.opts.StoreTimeout)
 		defer cancel()
 		if err := lim.Leaser.Return(ctx, lim.Key, units, g, now); err != nil {
-			b.srv.log.Warn("rlqs: returning units failed: they stay counted until their window ends", "domain", b.domain, "rule", lim.Rule.Name, "units", units, "err", err)
+			b.srv.warns.warn(b.srv.log, b.srv.clk.Now(), "rlqs: returning units failed: they stay counted until their window ends", b.domain, lim.Rule.Name, "units", units, "err", err)
 			return
 		}
 		b.srv.stats.rule(lim.Rule, func(r *RuleStats) { r.Returned += units })

@@ -2,8 +2,10 @@ package rlqsserver_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/clock"
+	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
 	"github.com/throttlekit/throttlekit/pkg/rlqsserver"
 )
 
@@ -81,4 +84,77 @@ func TestEveryActionOfABurstArrives(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingHandler counts the records logged, by message, and keeps the
+// last of each.
+type countingHandler struct {
+	mu   sync.Mutex
+	n    map[string]int
+	last map[string]slog.Record
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler            { return h }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n[r.Message]++
+	h.last[r.Message] = r
+	return nil
+}
+
+func (h *countingHandler) count(msg string) (int, slog.Record) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[msg], h.last[msg]
+}
+
+// TestStoreFailuresAreLoggedPerCause (issue 41, item 7): Redis is gone and
+// an Envoy's 2,000 buckets each fail their lease. Each failure was a WARN
+// line (one client's 10,000 buckets wrote 219,475 in 50 s); a cause is
+// logged once per WarnEvery, and the next line says how many were not.
+func TestStoreFailuresAreLoggedPerCause(t *testing.T) {
+	const n = 2000
+	srv := testenv.StartRedis(t)
+	rs, err := redisstore.New(srv.Client(), redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	h := &countingHandler{n: map[string]int{}, last: map[string]slog.Record{}}
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, rs, clk, rlqsserver.Options{Logger: slog.New(h)})
+	srv.Kill()
+	e := connect(t, sc)
+	var us []usage
+	for i := range n {
+		us = append(us, usage{bucket: map[string]string{"tenant": strconv.Itoa(i)}, allowed: 1})
+	}
+	const failed = "rlqs: lease failed; the next window or report asks again"
+	e.report(true, us...)
+	waitFor(t, "the leases to fail", func() bool {
+		return sc.srv.Stats().StoreCalls == 0 && func() bool { c, _ := h.count(failed); return c > 0 }()
+	})
+	if c, _ := h.count(failed); c != 1 {
+		t.Fatalf("%d buckets' failed leases logged %d lines, want 1", n, c)
+	}
+	// A window later every bucket asks again (the window timer, or this
+	// report): the cause is logged once more, saying how many were not.
+	clk.Advance(rlqsserver.WarnEvery)
+	e.report(true, us...)
+	waitFor(t, "the second line", func() bool { c, _ := h.count(failed); return c >= 2 && sc.srv.Stats().StoreCalls == 0 })
+	c, last := h.count(failed)
+	var quiet int64
+	last.Attrs(func(a slog.Attr) bool {
+		if a.Key == "not_logged_since_last" {
+			quiet = a.Value.Int64()
+		}
+		return true
+	})
+	if c != 2 || quiet < n-1 {
+		t.Fatalf("after %v: %d lines, the last saying %d not logged; want 2, and at least %d", rlqsserver.WarnEvery, c, quiet, n-1)
+	}
+	t.Logf("%d lines for %d+ failed leases; the second says %d were not logged", c, 2*n, quiet)
 }

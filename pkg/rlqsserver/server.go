@@ -86,6 +86,7 @@ type Server struct {
 	opts  Options
 	clk   clock.Clock
 	log   *slog.Logger
+	warns warnings // rate-limits log's warnings per cause
 	stats *stats
 
 	nextStream atomic.Uint64
