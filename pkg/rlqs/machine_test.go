@@ -38,8 +38,8 @@ func TestWindowSplitByDemand(t *testing.T) {
 	n := len(r.sent)
 	r.tick(t0.Add(10 * time.Second))
 	got := r.shares(n)
-	if got[1] != 5 || got[2] != 10 || got[3] != 35 {
-		t.Fatalf("second window shares %v, want 5, 10, 35 (demands 1, 2, 7 /s over the 9 s TTL: 9, 18, 63, split 50 by 9:18:63)", got)
+	if got[1] != 9 || got[2] != 18 || got[3] != 23 {
+		t.Fatalf("second window shares %v, want 9, 18, 23 (demands 1, 2, 7 /s over the 9 s TTL: 9, 18, 63, split 50 max-min fairly)", got)
 	}
 	for _, s := range r.sent[n:] {
 		if s.TTL != 9*time.Second {
@@ -167,9 +167,9 @@ func TestLeaveKeepsUnitsChargedUntilWindowEnd(t *testing.T) {
 	r := newRig(t, m10)
 	subscribe3(r)
 	r.tick(t0.Add(10 * time.Second))
-	r.leave(t0.Add(12*time.Second), 3) // held 35
+	r.leave(t0.Add(12*time.Second), 3) // held 23
 	if r.ret != 0 || r.b.Sent != 50 {
-		t.Fatalf("leave returned %d, sent now %d: want 0 and 50 (the Envoy enforces its 35 until its TTL)", r.ret, r.b.Sent)
+		t.Fatalf("leave returned %d, sent now %d: want 0 and 50 (the Envoy enforces its 23 until its TTL)", r.ret, r.b.Sent)
 	}
 	// Its reconnect is a new subscriber: nothing is left in the window.
 	n := len(r.sent)
@@ -192,8 +192,8 @@ func TestFaultReassignOnLeaveGivesBack(t *testing.T) {
 	subscribe3(r)
 	r.tick(t0.Add(10 * time.Second))
 	r.leave(t0.Add(12*time.Second), 3)
-	if r.ret != 35 {
-		t.Fatalf("faulty leave returned %d, want 35", r.ret)
+	if r.ret != 23 {
+		t.Fatalf("faulty leave returned %d, want 23", r.ret)
 	}
 }
 

@@ -1,21 +1,18 @@
 package rlqs
 
 import (
-	"math/bits"
+	"cmp"
 	"slices"
 )
 
 // split is scratch for divide, reused across landings so that a bucket's
 // splits allocate only when it has more streams than ever before.
 //
-// Why not pkg/gale/fair or the fleet gate's targetOf: fair's WaterFill is
-// max-min fairness over float64 demands and allocates its result; targetOf
-// floors each share (what it leaves is never handed out) and gives every
-// node one slot first. Here the whole grant is handed out, in proportion
-// to demand, in whole units.
+// Why not pkg/gale/fair's WaterFill: it is max-min fairness over float64
+// demands and allocates its result. Here the same split is made in whole
+// units, the whole grant handed out.
 type split struct {
 	w, shares []int64
-	rem       []uint64
 	order     []int
 }
 
@@ -34,50 +31,48 @@ func grow[T any](x []T, n int) []T {
 	return x
 }
 
-// divide splits total units by weights w (each ≥ 0) in proportion, rounding
-// by largest remainder (ties to the lower index): each share is at most its
-// weight, and the shares add up to min(total, Σ w). The result is scratch.
+// divide splits total units among demands w (each ≥ 0; below 0 is 0)
+// max-min fairly, in whole units: every share is min(its demand, λ) or
+// λ + 1, for one level λ, the +1s going to the lowest indices; each share
+// is at most its demand, and the shares add up to min(total, Σ w). A
+// demand far above the others' cannot take their units: it gets what
+// they leave (issue 41: split in proportion to demand, one stream
+// reporting 2⁴⁰ − 1 denied took all of L every window). The result is
+// scratch.
 func (s *split) divide(total int64, w []int64) []int64 {
 	s.shares = grow(s.shares, len(w))
-	var sum int64
-	for _, x := range w {
-		sum += max(x, 0)
-	}
-	if sum <= 0 || total <= 0 {
-		return s.shares
-	}
-	if total >= sum {
-		for i, x := range w {
-			s.shares[i] = max(x, 0)
-		}
-		return s.shares
-	}
-	s.rem = grow(s.rem, len(w))
 	s.order = s.order[:0]
-	given := int64(0)
 	for i, x := range w {
-		if x <= 0 {
-			continue
+		if x > 0 {
+			s.order = append(s.order, i)
 		}
-		// total·x/sum in 128 bits: total, x ≤ sum < 2^63, and the quotient
-		// is below total.
-		hi, lo := bits.Mul64(uint64(total), uint64(x))
-		q, r := bits.Div64(hi, lo, uint64(sum))
-		s.shares[i], s.rem[i] = int64(q), r
-		given += int64(q)
-		s.order = append(s.order, i)
 	}
-	slices.SortStableFunc(s.order, func(a, b int) int {
-		switch {
-		case s.rem[a] > s.rem[b]:
-			return -1
-		case s.rem[a] < s.rem[b]:
-			return 1
+	if len(s.order) == 0 || total <= 0 {
+		return s.shares
+	}
+	slices.SortStableFunc(s.order, func(a, b int) int { return cmp.Compare(w[a], w[b]) })
+	left, k := total, int64(len(s.order))
+	j := 0
+	for ; j < len(s.order); j++ {
+		i := s.order[j]
+		if w[i] > left/k {
+			break // it and every larger demand share what is left
 		}
-		return 0
-	})
-	for _, i := range s.order[:total-given] {
-		s.shares[i]++
+		s.shares[i] = w[i]
+		left -= w[i]
+		k--
+	}
+	if j == len(s.order) {
+		return s.shares // every demand met
+	}
+	rest := s.order[j:]
+	level, extra := left/k, left%k
+	slices.Sort(rest) // the +1s go to the lowest indices
+	for n, i := range rest {
+		s.shares[i] = level
+		if int64(n) < extra {
+			s.shares[i]++
+		}
 	}
 	return s.shares
 }

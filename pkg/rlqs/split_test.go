@@ -1,46 +1,27 @@
 package rlqs
 
 import (
-	"math/big"
 	"math/rand/v2"
 	"slices"
 	"testing"
 )
 
-// naiveDivide is largest-remainder rounding the slow, obvious way: exact
-// quotas in rationals, floors, then one unit each to the largest
-// remainders, ties to the lower index.
+// naiveDivide is max-min fairness in whole units the slow, obvious way:
+// one unit at a time to the stream with the least so far among those below
+// their demand, ties to the lower index.
 func naiveDivide(total int64, w []int64) []int64 {
 	out := make([]int64, len(w))
-	var sum int64
-	for _, x := range w {
-		sum += max(x, 0)
-	}
-	if sum == 0 || total <= 0 {
-		return out
-	}
-	if total >= sum {
+	for ; total > 0; total-- {
+		best := -1
 		for i, x := range w {
-			out[i] = max(x, 0)
+			if out[i] < x && (best < 0 || out[i] < out[best]) {
+				best = i
+			}
 		}
-		return out
-	}
-	rem := make([]*big.Rat, len(w))
-	left := total
-	for i, x := range w {
-		q := new(big.Rat).SetFrac(big.NewInt(total*max(x, 0)), big.NewInt(sum))
-		f := new(big.Int).Quo(q.Num(), q.Denom())
-		out[i] = f.Int64()
-		left -= out[i]
-		rem[i] = new(big.Rat).Sub(q, new(big.Rat).SetInt(f))
-	}
-	idx := make([]int, len(w))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return -rem[a].Cmp(rem[b]) })
-	for _, i := range idx[:left] {
-		out[i]++
+		if best < 0 {
+			break
+		}
+		out[best]++
 	}
 	return out
 }
@@ -72,9 +53,24 @@ func TestDivideMatchesNaive(t *testing.T) {
 			t.Fatalf("divide(%d, %v) adds to %d", total, w, sum)
 		}
 	}
-	// Large weights: the 128-bit product.
+	// Large demands.
 	got := s.divide(1<<40, []int64{1 << 40, 1<<40 + 1, 3})
-	if got[0]+got[1]+got[2] != 1<<40 || got[1] < got[0] {
+	if got[0]+got[1]+got[2] != 1<<40 || got[2] != 3 || got[0]-got[1] > 1 || got[1]-got[0] > 1 {
 		t.Fatalf("large: %v", got)
+	}
+}
+
+// TestAGreedyDemandTakesOnlyWhatIsLeft (issue 41, item 4): one stream
+// reporting the most a report may carry does not take the honest streams'
+// units. In proportion to demand it took all 400 and left them 0.
+func TestAGreedyDemandTakesOnlyWhatIsLeft(t *testing.T) {
+	var s split
+	got := s.divide(400, []int64{MaxReportCount, 45, 45, 45})
+	if !slices.Equal(got, []int64{265, 45, 45, 45}) {
+		t.Fatalf("divide(400, [2^50, 45, 45, 45]) = %v, want the honest 45 each and the rest to the greedy one", got)
+	}
+	got = s.divide(100, []int64{MaxReportCount, 45, 45, 45})
+	if !slices.Equal(got, []int64{25, 25, 25, 25}) {
+		t.Fatalf("divide(100, [2^50, 45, 45, 45]) = %v, want 25 each: the fair share", got)
 	}
 }

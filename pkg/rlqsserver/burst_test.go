@@ -158,3 +158,39 @@ func TestStoreFailuresAreLoggedPerCause(t *testing.T) {
 	}
 	t.Logf("%d lines for %d+ failed leases; the second says %d were not logged", c, 2*n, quiet)
 }
+
+// TestAGreedyReporterGetsOnlyWhatHonestOnesLeave (issue 41, item 4), on a
+// real Redis: three honest Envoys report 0.2 requests a second each, one
+// reports the most a report may carry (2⁴⁰ − 1 denied in 5 s). The next
+// window's 100 are split max-min fairly: the honest ones get their demand
+// over the 59 s TTL (12 each), the greedy one what is left. In proportion
+// to demand the greedy one took all 100 and the honest ones 0.
+func TestAGreedyReporterGetsOnlyWhatHonestOnesLeave(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, stores(t)["redis"](t), clk, rlqsserver.Options{})
+	var es []*envoy
+	for range 4 {
+		e := connect(t, sc)
+		e.subscribe(tenantA)
+		e.next(tenantA)
+		es = append(es, e)
+	}
+	clk.Set(t0.Add(15 * time.Second))
+	es[0].report(true, usage{bucket: tenantA, denied: 1<<40 - 1, elapsed: 5 * time.Second})
+	for _, e := range es[1:] {
+		e.report(true, usage{bucket: tenantA, allowed: 1, elapsed: 5 * time.Second})
+	}
+	clk.Set(t0.Add(window))
+	greedy, _ := tokens(t, es[0].next(tenantA))
+	sum := greedy
+	for i, e := range es[1:] {
+		n, _ := tokens(t, e.next(tenantA))
+		sum += n
+		if n < 12 {
+			t.Errorf("honest Envoy %d got %d, want its demand of 12 (0.2/s over the 59 s TTL): the greedy one got %d", i+1, n, greedy)
+		}
+	}
+	if sum > limit || greedy != limit-3*12 {
+		t.Errorf("greedy %d, Σ %d: want the %d the honest ones leave, Σ ≤ %d", greedy, sum, limit-3*12, limit)
+	}
+}

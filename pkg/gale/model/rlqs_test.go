@@ -81,11 +81,11 @@ var rlqsSpaces = []struct {
 	states, transitions int
 }{
 	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 19392, 30293},
-	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 22575, 48493},
-	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 70378, 159695},
-	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 11905, 22744},
-	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 45667, 94375},
-	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 69561, 163537},
+	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 22551, 48453},
+	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 69946, 159215},
+	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 11810, 22613},
+	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 43361, 90746},
+	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 68989, 162837},
 	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 13740, 22412},
 	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 12836, 20889},
 	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 27083, 46476},
