@@ -176,15 +176,17 @@ func redisFederation(t *testing.T) func() FedBackends {
 // whose answers are known, so that a clean survey means the fleet was
 // driven, not that it admitted nothing: one process leasing one unit at a
 // time admits exactly the limit; cut off for a whole window it admits
-// nothing fail_closed and exactly its regional limit regional_only.
+// nothing fail_closed and exactly its regional limit regional_only, to
+// checks every half second (the budget is paced: one unit every 2.5 s).
 func TestFederationPlaysWhatItSays(t *testing.T) {
-	burst := func(at time.Duration, n int) []FedStep {
+	every := func(at, gap time.Duration, n int) []FedStep {
 		var out []FedStep
 		for i := range n {
-			out = append(out, FedStep{At: at + time.Duration(i)*time.Millisecond, Cost: 1})
+			out = append(out, FedStep{At: at + time.Duration(i)*gap, Cost: 1})
 		}
 		return out
 	}
+	burst := func(at time.Duration, n int) []FedStep { return every(at, time.Millisecond, n) }
 	one := func(o federation.Outage) FedSpec {
 		return FedSpec{Limit: 10, ProbeAfter: time.Second, Regions: []FedRegion{
 			{Outage: o, RegionalLimit: 4, Escrow: true, Batch: 1, ProcBatch: 1, Procs: []time.Duration{0}}}}
@@ -197,7 +199,7 @@ func TestFederationPlaysWhatItSays(t *testing.T) {
 	}{
 		{"the limit", FedSchedule{Spec: one(federation.FailClosed), Steps: append(burst(time.Second, 15), burst(Window+time.Second, 15)...)}, []int64{10, 10}},
 		{"fail_closed cut off", FedSchedule{Spec: one(federation.FailClosed), Cuts: whole, Steps: append(burst(time.Second, 15), burst(Window+time.Second, 15)...)}, []int64{10, 0}},
-		{"regional_only cut off", FedSchedule{Spec: one(federation.RegionalOnly), Cuts: whole, Steps: append(burst(time.Second, 15), burst(Window+time.Second, 15)...)}, []int64{10, 4}},
+		{"regional_only cut off", FedSchedule{Spec: one(federation.RegionalOnly), Cuts: whole, Steps: append(burst(time.Second, 15), every(Window+time.Second, Window/20, 18)...)}, []int64{10, 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			told, err := PlayFederation(context.Background(), tc.sc, MemoryFederation(), "k")

@@ -166,11 +166,16 @@ func (e *MemoryEscrow) Refill(ctx context.Context, key string, n int64, w Window
 	if since.IsZero() {
 		since = now
 	}
+	// Whole microseconds, down, as the Redis escrow counts: the grant's
+	// TTL is from a Grant.Now the coordinator rounded down to the
+	// microsecond, so a Since to the nanosecond let a balance outlive its
+	// window by up to a microsecond (internal/boundcheck, seed 1281).
+	since, ttl := since.Truncate(time.Microsecond), w.TTL.Truncate(time.Microsecond)
 	b := e.keys[key]
 	switch {
 	case w.TTL == 0 && (b == nil || !now.Before(b.dies) || !b.windowEnd.Equal(w.End)):
 		return 0, nil // join only, and no live balance of w's window to join
-	case w.TTL > 0 && !now.Before(since.Add(w.TTL)):
+	case w.TTL > 0 && !now.Before(since.Add(ttl)):
 		return 0, nil // dead on arrival: the window is over on this clock
 	case b == nil:
 		b = &memBalance{}
@@ -181,7 +186,7 @@ func (e *MemoryEscrow) Refill(ctx context.Context, key string, n int64, w Window
 		b.units = min(b.units+n, gale.MaxLimit)
 		return n, nil
 	}
-	b.windowEnd, b.dies, b.units = w.End, since.Add(w.TTL), n
+	b.windowEnd, b.dies, b.units = w.End, since.Add(ttl), n
 	return n, nil
 }
 
