@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
@@ -91,7 +92,7 @@ func chargeFleetBounds(t *testing.T, node func() gale.Store, count func(key stri
 		t.Run(mode.String(), func(t *testing.T) {
 			var nodes []*gale.Limiter
 			for range n {
-				nodes = append(nodes, newLimiter(t, node(), gale.Config{Rule: rule, Mode: mode, Lease: gale.LeaseConfig{Batch: batch}, StoreTimeout: 10 * time.Second}))
+				nodes = append(nodes, newLimiter(t, node(), gale.Config{Rule: rule, Mode: mode, Lease: gale.LeaseConfig{Batch: batch}}))
 			}
 			bound := int64(limit + n*k*cmax)
 			if mode == gale.Leased {
@@ -139,7 +140,7 @@ func TestChargeFleetRedis(t *testing.T) {
 	node := func() gale.Store {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 		t.Cleanup(func() { _ = c.Close() })
-		ns, err := redisstore.New(c, redisstore.Options{})
+		ns, err := redisstore.New(c, redisstore.Options{Timeout: testenv.StoreDeadline})
 		if err != nil {
 			t.Fatal(err)
 		}

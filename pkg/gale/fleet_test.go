@@ -26,7 +26,7 @@ type fleet struct {
 func newFleet(t *testing.T, s gale.Store, n int, rule gale.Rule, lease gale.LeaseConfig) *fleet {
 	f := &fleet{t: t, rule: rule, key: fmt.Sprintf("fleet/%s/%d", t.Name(), time.Now().UnixNano()), admitted: map[int64]int64{}}
 	for i := 0; i < n; i++ {
-		f.nodes = append(f.nodes, newLimiter(t, s, gale.Config{Rule: rule, Mode: gale.Leased, Lease: lease, StoreTimeout: 10 * time.Second}))
+		f.nodes = append(f.nodes, newLimiter(t, s, gale.Config{Rule: rule, Mode: gale.Leased, Lease: lease}))
 	}
 	return f
 }

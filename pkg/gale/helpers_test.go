@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
@@ -26,13 +27,14 @@ type countingStore struct {
 	mu                      sync.Mutex
 }
 
-// settle waits for every background lease and return l began to land.
+// settle waits for every background lease and return l began to land: a
+// condition, with testenv.StoreDeadline as its deadline.
 func settle(t *testing.T, l *gale.Limiter) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.StoreDeadline)
 	defer cancel()
 	if err := l.Settle(ctx); err != nil {
-		t.Fatalf("background leases still in flight after 10s: %+v", l.Stats())
+		t.Fatalf("background leases still in flight after %v: %+v", testenv.StoreDeadline, l.Stats())
 	}
 }
 
@@ -41,8 +43,8 @@ func (c *countingStore) waitArrival(t *testing.T) {
 	t.Helper()
 	select {
 	case <-c.arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no lease reached the store in 10s")
+	case <-time.After(testenv.StoreDeadline):
+		t.Fatalf("no lease reached the store in %v", testenv.StoreDeadline)
 	}
 }
 

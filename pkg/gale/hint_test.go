@@ -80,7 +80,7 @@ func retryProperty(t *testing.T, store func() gale.Store, trials int) {
 				r := randomRule(rng)
 				lease := m.lease
 				lease.Batch = 1 + rng.Int64N(r.Capacity()) // leased modes only
-				l := newLimiter(t, store(), gale.Config{Rule: r, Mode: m.mode, Lease: lease, StoreTimeout: 10 * time.Second})
+				l := newLimiter(t, store(), gale.Config{Rule: r, Mode: m.mode, Lease: lease})
 				key := fmt.Sprintf("%s/%d", t.Name(), trial)
 				now := start
 				check := func(cost int64, at time.Time) gale.Decision {
@@ -122,7 +122,7 @@ func retryProperty(t *testing.T, store func() gale.Store, trials int) {
 // Counting both, it used to report 21 (22 before serving).
 func TestLeasedRemainingWithinCapacity(t *testing.T) {
 	r := gale.Rule{Algorithm: gale.GCRA, Limit: 100, Period: time.Second, Burst: 20}
-	l := newLimiter(t, memstore.New(), gale.Config{Rule: r, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10, LowWater: 2}, StoreTimeout: 10 * time.Second})
+	l := newLimiter(t, memstore.New(), gale.Config{Rule: r, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10, LowWater: 2}})
 	for i := 0; i < 7; i++ { // a lease of 10, 3 credits left: above the low water
 		if d := mustCheck(t, l, "k", 1, start); !d.Allowed || d.Remaining > r.Capacity() {
 			t.Fatalf("check %d: %+v", i, d)

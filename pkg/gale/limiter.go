@@ -127,7 +127,8 @@ type Config struct {
 	OnStoreError ErrorPolicy
 	// StoreTimeout bounds every store call. 0 means DefaultStoreTimeout.
 	StoreTimeout time.Duration
-	// Clock drives the idle-return sweep. nil means the real clock.
+	// Clock drives the idle-return sweep, and is the time at which Close
+	// returns the leased credits still live. nil means the real clock.
 	Clock clock.Clock
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/clock"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
@@ -22,8 +23,15 @@ var (
 	bg        = context.Background()
 )
 
+// newLimiter returns a limiter for cfg over s, closed on cleanup. A zero
+// StoreTimeout is testenv.StoreDeadline here, not gale's 50ms default: a
+// test that judges a store timeout sets its own, and the rest judge
+// answers, whose store calls a loaded machine must not time out.
 func newLimiter(t testing.TB, s gale.Store, cfg gale.Config) *gale.Limiter {
 	t.Helper()
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = testenv.StoreDeadline
+	}
 	l, err := gale.New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +305,7 @@ func TestIdleCreditsReturnToTheStore(t *testing.T) {
 	a := newLimiter(t, s, gale.Config{Rule: perMinute(10), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10, ReturnIdleAfter: 10 * time.Second}, Clock: clk})
 	b := newLimiter(t, s, gale.Config{Rule: perMinute(10), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10}})
 	mustCheck(t, a, "k", 1, start) // a holds the other 9
-	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	ctx, cancel := context.WithTimeout(bg, testenv.StoreDeadline)
 	defer cancel()
 	if err := clk.WaitForWaiters(ctx, 1); err != nil {
 		t.Fatal(err)
@@ -305,8 +313,8 @@ func TestIdleCreditsReturnToTheStore(t *testing.T) {
 	clk.Advance(10 * time.Second)
 	select { // the sweeper's return reached the store: b may use it
 	case <-s.returned:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("idle credits not returned in 10s: %+v", a.Stats())
+	case <-time.After(testenv.StoreDeadline):
+		t.Fatalf("idle credits not returned in %v: %+v", testenv.StoreDeadline, a.Stats())
 	}
 	now := clk.Now()
 	for i := 0; i < 9; i++ {
@@ -433,14 +441,14 @@ func TestCheckBytesKeepsNoReference(t *testing.T) {
 // reload during an outage turned into one log line of thousands of keys.
 func TestCloseWithTheStoreDownSaysSoOnce(t *testing.T) {
 	s := &countingStore{Store: memstore.New()}
-	l, err := gale.New(s, gale.Config{Rule: perMinute(100), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10}})
+	// Close drains by the limiter's clock: the fake one, at the checks' time.
+	l, err := gale.New(s, gale.Config{Rule: perMinute(100), Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10}, StoreTimeout: testenv.StoreDeadline, Clock: clock.NewFake(start)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now() // Close drains by the limiter's clock, the real one
 	const keys = 50
 	for k := range keys {
-		mustCheck(t, l, fmt.Sprint("key-", k), 1, now)
+		mustCheck(t, l, fmt.Sprint("key-", k), 1, start)
 	}
 	settle(t, l)
 	s.failing.Store(true)

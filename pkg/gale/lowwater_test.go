@@ -26,10 +26,9 @@ func TestLowWaterUncoupledBound(t *testing.T) {
 		t.Run(fmt.Sprintf("low_water=%d", lowWater), func(t *testing.T) {
 			key := t.Name()
 			cfg := gale.Config{
-				Rule:         perMinute(limit),
-				Mode:         gale.Leased,
-				Lease:        gale.LeaseConfig{Batch: batch, LowWater: lowWater, Uncoupled: true},
-				StoreTimeout: 10 * time.Second,
+				Rule:  perMinute(limit),
+				Mode:  gale.Leased,
+				Lease: gale.LeaseConfig{Batch: batch, LowWater: lowWater, Uncoupled: true},
 			}
 			ls := make([]*gale.Limiter, nodes)
 			for i := range ls {

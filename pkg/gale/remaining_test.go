@@ -45,7 +45,7 @@ func TestLeasedRemainingMonotonic(t *testing.T) {
 			for range 4 {
 				nodes = append(nodes, newLimiter(t, store, gale.Config{
 					Rule: rule, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 5, ReturnIdleAfter: time.Millisecond},
-					StoreTimeout: 10 * time.Second, Clock: clock.NewFake(t0),
+					Clock: clock.NewFake(t0),
 				}))
 			}
 			state := make([]remainingNode, len(nodes))

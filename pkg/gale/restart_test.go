@@ -41,17 +41,19 @@ func newRestartFleet(t *testing.T, n int, mode gale.Mode, rule gale.Rule) *resta
 	for range n {
 		w := &redisstore.Watch{}
 		// serve's client: no retries, a refused dial not retried, deadlines
-		// honoured.
+		// honoured. The tests judge what the window admitted, not latency:
+		// no call of theirs may time out on a loaded machine (a killed
+		// server refuses at once).
 		c := redis.NewClient(&redis.Options{Addr: f.srv.Addr, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
-			DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, OnConnect: w.OnConnect})
+			DialTimeout: testenv.StoreDeadline, ReadTimeout: testenv.StoreDeadline, WriteTimeout: testenv.StoreDeadline, OnConnect: w.OnConnect})
 		t.Cleanup(func() { _ = c.Close() })
-		s, err := redisstore.New(c, redisstore.Options{Timeout: 2 * time.Second, Watch: w})
+		s, err := redisstore.New(c, redisstore.Options{Timeout: testenv.StoreDeadline, Watch: w})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
 		l := newLimiter(t, s, gale.Config{Rule: rule, Mode: mode, Lease: gale.LeaseConfig{Batch: 20},
-			OnStoreError: gale.FailClosed, StoreTimeout: 2 * time.Second})
+			OnStoreError: gale.FailClosed})
 		f.sidecars = append(f.sidecars, &restartSidecar{watch: w, lim: l})
 	}
 	return f

@@ -185,7 +185,7 @@ func TestSharedFleetHoldsLimitRedis(t *testing.T) {
 		t.Skip("starts redis-server")
 	}
 	srv := testenv.StartRedis(t)
-	store, err := redisstore.New(srv.Client(), redisstore.Options{})
+	store, err := redisstore.New(srv.Client(), redisstore.Options{Timeout: testenv.StoreDeadline}) // judged by what it admits, not latency
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,15 +143,22 @@ func TestFixedCheckLeavesUnreadStateAlone(t *testing.T) {
 func TestFixedCheckReadsServerTime(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.StartRedis(t).Client()
-	before := time.Now().UnixMicro()
+	before, err := c.Time(ctx).Result() // Redis's clock, read around the call
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := redis.NewScript(scripts[opCheckFixed].src.(string)).Run(ctx, c, []string{"k", "k"},
 		10, int64(time.Hour/time.Microsecond), "", 1, 10, int64(time.Hour/time.Microsecond), "", 1).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
+	after, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := got[5]
-	if now < before-int64(time.Second/time.Microsecond) || now > time.Now().UnixMicro()+int64(time.Second/time.Microsecond) {
-		t.Fatalf("reply %v: now %d is not Redis's clock (about %d)", got, now, before)
+	if now < before.UnixMicro() || now > after.UnixMicro() {
+		t.Fatalf("reply %v: now %d is not Redis's clock (TIME read %d before the call, %d after)", got, now, before.UnixMicro(), after.UnixMicro())
 	}
 	if got[0] != 1 || got[1] != 9 || got[6] != 1 || got[7] != 8 {
 		t.Fatalf("reply %v, want 1 granted, 9 remaining, then 1 granted, 8 remaining", got)

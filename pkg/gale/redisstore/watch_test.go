@@ -12,12 +12,13 @@ import (
 )
 
 // watched is a store on srv whose client carries w on its OnConnect, as
-// serve builds it (no retries, a refused dial not retried).
+// serve builds it (no retries, a refused dial not retried), and whose
+// round trips a loaded machine cannot time out (StoreDeadline).
 func watched(t *testing.T, srv *testenv.Redis, w *redisstore.Watch, user, password string) *redisstore.Store {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: password, MaxRetries: -1, DialerRetries: 1, OnConnect: w.OnConnect})
 	t.Cleanup(func() { _ = c.Close() })
-	s, err := redisstore.New(c, redisstore.Options{Watch: w})
+	s, err := redisstore.New(c, redisstore.Options{Watch: w, Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
