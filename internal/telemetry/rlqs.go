@@ -61,7 +61,7 @@ func (c RLQSCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descRLQSStreams, prometheus.GaugeValue, float64(s.StreamsOpen))
 	for _, a := range []string{"allow_all", "deny_all"} {
-		for _, why := range []string{"no_limit", "blocked", "refused"} {
+		for _, why := range []string{"no_limit", "blocked", "refused", "no_share"} {
 			if a == "allow_all" && why != "no_limit" || a == "deny_all" && why == "no_limit" {
 				continue
 			}

@@ -16,7 +16,7 @@ func TestRLQSCollector(t *testing.T) {
 	var s rlqsserver.Stats
 	c := RLQSCollector{Stats: func() rlqsserver.Stats { return s }}
 	base := testutil.CollectAndCount(c)
-	if base != 1+3+7+3 { // streams, blanket (3 pairs), skipped (6 reasons, bad_report), superseded, messages, actions
+	if base != 1+4+7+3 { // streams, blanket (4 pairs), skipped (6 reasons, bad_report), superseded, messages, actions
 		t.Fatalf("no rule: %d series", base)
 	}
 	s = rlqsserver.Stats{

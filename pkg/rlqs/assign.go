@@ -17,6 +17,9 @@ func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 			a.Lease = LeaseAsk{ID: b.Lease, Min: 1, Max: want}
 		}
 	}
+	if b.Lease == 0 {
+		m.denyStarved(b, now, a)
+	}
 	switch {
 	case now.Before(b.RefusedUntil):
 		a.Wake = b.RefusedUntil
@@ -32,6 +35,32 @@ func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 				}
 			}
 		}
+	}
+}
+
+// denyStarved sends a blanket DENY_ALL to each stream that holds no
+// assignment of the window in place, enforces no older one and has not
+// been told to deny already: while a window is in place with no lease in
+// flight (what a stream did not get, it will not get before the window
+// ends, but from a lease a later report asks), or while the store has
+// said its window is spent. The deny lasts until that window's end,
+// rounded up to whole seconds.
+func (m *Machine) denyStarved(b *Bucket, now time.Time, a *Actions) {
+	end := b.Spent
+	if b.inWindow(now) {
+		end = b.Until
+	}
+	if !now.Before(end) {
+		return
+	}
+	ttl := (end.Sub(now) + time.Second - 1).Truncate(time.Second)
+	for i := range b.Streams {
+		st := &b.Streams[i]
+		if b.current(st, now) || now.Before(st.Live) || now.Before(st.Denied) {
+			continue
+		}
+		st.Denied = now.Add(ttl)
+		a.Assign = append(a.Assign, Assignment{Stream: st.ID, TTL: ttl, Deny: true})
 	}
 }
 

@@ -89,6 +89,11 @@ func FuzzMachine(f *testing.F) {
 					t.Fatalf("window ending %v: %d sent > L %d", a.until.Sub(t0), perWindow[a.until], m.Limit)
 				}
 			}
+			for _, d := range r.denied {
+				if d.TTL < time.Second || d.TTL%time.Second != 0 || d.MaxTokens != 0 {
+					t.Fatalf("bad deny %+v", d)
+				}
+			}
 			seen = len(r.sent)
 		}
 	})

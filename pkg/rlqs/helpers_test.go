@@ -55,7 +55,10 @@ type rig struct {
 	b     rlqs.Bucket
 	store *windowStore
 	sent  []sentAssignment
-	ret   int64
+	// denied are the blanket DENY_ALLs sent (Assignment.Deny), apart
+	// from the token buckets in sent.
+	denied []sentAssignment
+	ret    int64
 	// hold keeps asked leases in flight instead of landing them.
 	hold    bool
 	pending []pendingLease
@@ -86,6 +89,10 @@ func (r *rig) do(now time.Time, a rlqs.Actions) {
 		r.store.giveBack(a.Return)
 	}
 	for _, x := range a.Assign {
+		if x.Deny {
+			r.denied = append(r.denied, sentAssignment{Assignment: x, at: now, until: r.b.Until})
+			continue
+		}
 		r.sent = append(r.sent, sentAssignment{Assignment: x, at: now, until: r.b.Until})
 	}
 	if a.Lease.ID != 0 {
@@ -128,5 +135,8 @@ func (r *rig) shares(from int) map[rlqs.StreamID]int64 {
 }
 
 func (s sentAssignment) String() string {
+	if s.Deny {
+		return fmt.Sprintf("%d: DENY_ALL ttl %v at %v", s.Stream, s.TTL, s.at.Sub(t0))
+	}
 	return fmt.Sprintf("%d: %d tokens ttl %v at %v", s.Stream, s.MaxTokens, s.TTL, s.at.Sub(t0))
 }

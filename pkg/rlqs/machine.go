@@ -116,6 +116,10 @@ type Bucket struct {
 	// RefusedUntil: the store granted nothing; no lease is asked before it
 	// (sidecar clock).
 	RefusedUntil time.Time
+	// Spent: the store answered that its window has nothing left until
+	// this instant (sidecar clock): streams without an assignment are
+	// denied until it.
+	Spent time.Time
 	// Last is the latest instant the bucket has seen; an earlier instant
 	// passed in is taken as Last.
 	Last time.Time
@@ -138,15 +142,26 @@ type Stream struct {
 	Window time.Time
 	Share  int64
 	Live   time.Time
+	// Denied is when the blanket DENY_ALL the stream was last sent ends
+	// (see Assignment.Deny); zero: none sent.
+	Denied time.Time
 }
 
-// Assignment is a TokenBucket QuotaAssignmentAction to send on a stream.
+// Assignment is a TokenBucket QuotaAssignmentAction to send on a stream,
+// or, with Deny, a blanket DENY_ALL for TTL.
 type Assignment struct {
 	Stream StreamID
 	// MaxTokens is the bucket's size and its whole cost; TokensPerFill is 1.
 	MaxTokens, TokensPerFill int64
 	// FillInterval and TTL are whole seconds; TTL ≥ 1 s.
 	FillInterval, TTL time.Duration
+	// Deny: the stream gets nothing of the window in place and is told to
+	// deny until its end, TTL rounded up to whole seconds (so it covers
+	// the end; the next window's assignment replaces it). Under Envoy's
+	// default no_assignment_behavior, ALLOW_ALL, an Envoy left without an
+	// assignment admitted without limit for the whole window (2.0–3.1 L
+	// at 3L demand, issue 41). MaxTokens is 0.
+	Deny bool
 }
 
 // LeaseAsk is a lease the driver asks the store for: Store.Lease(key, rule,
@@ -275,6 +290,9 @@ func (m *Machine) Landed(b *Bucket, id uint64, sent, now time.Time, g gale.Grant
 	b.Lease = 0
 	if g.Granted == 0 {
 		b.RefusedUntil = later(sent.Add(g.Decision.RetryAfter), now.Add(m.guard()))
+		if g.Decision.RetryAfter > 0 {
+			b.Spent = sent.Add(g.Decision.RetryAfter)
+		}
 		m.next(b, now, &a)
 		return a
 	}

@@ -158,6 +158,11 @@ func TestMidWindowSubscriberGetsOnlyUnassigned(t *testing.T) {
 	if len(r2.sent) != n || r2.pending != nil {
 		t.Fatalf("subscriber to a fully leased window: sent %v", r2.sent[n:])
 	}
+	// It is told to deny until the window ends (at 20 s): under Envoy's
+	// default ALLOW_ALL it would admit unmetered.
+	if len(r2.denied) != 1 || r2.denied[0].Stream != 4 || r2.denied[0].TTL != 8*time.Second {
+		t.Fatalf("subscriber to a fully leased window: denied %v, want stream 4 alone, for 8 s", r2.denied)
+	}
 	if r2.b.Lease != 0 {
 		t.Fatalf("lease %d asked of a fully leased window", r2.b.Lease)
 	}
@@ -456,5 +461,36 @@ func TestStoreAheadWaitsForLiveAssignments(t *testing.T) {
 	}
 	if end := live.Add(a.Assign[0].TTL + rlqs.DefaultGuard); end.After(b.Until) {
 		t.Fatalf("its assignment ends %v, after the window's %v", end.Sub(t0), b.Until.Sub(t0))
+	}
+}
+
+// TestStarvedStreamsAreDenied (issue 41, item 6): another sidecar has
+// leased the whole window; this one's lease is refused, and each of its
+// streams is told DENY_ALL until the store's window ends, once: under
+// Envoy's default no_assignment_behavior (ALLOW_ALL) they admitted
+// without limit for the whole window. The next window's assignments
+// replace it.
+func TestStarvedStreamsAreDenied(t *testing.T) {
+	r := newRig(t, m10)
+	subscribe3(r)
+	r.store.roll(t0.Add(10 * time.Second))
+	r.store.used = r.store.limit // the other sidecar's
+	r.tick(t0.Add(10 * time.Second))
+	if len(r.denied) != 3 {
+		t.Fatalf("denied %v, want the three streams", r.denied)
+	}
+	for _, d := range r.denied {
+		if d.TTL != 10*time.Second || d.MaxTokens != 0 {
+			t.Errorf("%v: want DENY_ALL for the 10 s to the window's end", d)
+		}
+	}
+	r.report(t0.Add(15*time.Second), 1, 0, 9, 5*time.Second)
+	if len(r.denied) != 3 {
+		t.Fatalf("denied again mid-window: %v", r.denied[3:])
+	}
+	n := len(r.sent)
+	r.tick(t0.Add(20 * time.Second))
+	if got := r.shares(n); len(got) != 3 {
+		t.Fatalf("next window: %v, want the three streams assigned", r.sent[n:])
 	}
 }

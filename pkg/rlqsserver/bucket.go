@@ -219,6 +219,15 @@ func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 	}
 	for _, a := range acts.Assign {
 		s := b.subs[rlqs.StreamID(a.Stream)]
+		if a.Deny {
+			// No share of the window: deny until it ends, rather than
+			// leave the Envoy to its no-assignment behaviour.
+			if s != nil {
+				b.srv.stats.add(func(t *stats) { t.blanket[BlanketReason{Action: "deny_all", Reason: "no_share"}]++ })
+				s.st.push(b.key, b.action(&typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}, a.TTL))
+			}
+			continue
+		}
 		b.srv.stats.rule(b.rule(), func(r *RuleStats) {
 			r.Assignments++
 			r.Units += a.MaxTokens

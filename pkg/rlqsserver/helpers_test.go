@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
 	"github.com/throttlekit/throttlekit/pkg/clock"
 	"github.com/throttlekit/throttlekit/pkg/engine"
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -258,6 +260,18 @@ func tokens(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction) (int64,
 		t.Errorf("tokens_per_fill %d, want 1", tb.GetTokensPerFill().GetValue())
 	}
 	return int64(tb.GetMaxTokens()), qa.GetAssignmentTimeToLive().AsDuration()
+}
+
+// assigned is a token bucket action's max_tokens and TTL, or 0 and the
+// TTL for a blanket DENY_ALL (a stream left without a share of its
+// window); it fails the test for any other action.
+func assigned(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction) (int64, time.Duration) {
+	t.Helper()
+	qa := a.GetQuotaAssignmentAction()
+	if qa.GetRateLimitStrategy().GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL && qa.GetRateLimitStrategy().GetTokenBucket() == nil {
+		return 0, qa.GetAssignmentTimeToLive().AsDuration()
+	}
+	return tokens(t, a)
 }
 
 // waitFor waits (10 s at most, testenv.Eventually) for cond.

@@ -57,7 +57,7 @@ type Stats struct {
 // BlanketReason is why a blanket action was sent.
 type BlanketReason struct {
 	Action string // allow_all or deny_all
-	Reason string // no_limit, blocked, refused
+	Reason string // no_limit, blocked, refused, no_share (a subscribed stream left without a share of its window)
 }
 
 // stats is the server's counters; safe for concurrent use.

@@ -130,6 +130,9 @@ type RLQSEnvoy struct {
 // RLQSMessage is an assignment in flight to an Envoy.
 type RLQSMessage struct {
 	Max, TTL, PerToken, Sent int // TTL and Sent in quanta
+	// Deny is a blanket DENY_ALL for TTL (rlqs.Assignment.Deny): a
+	// stream left without a share of its window.
+	Deny bool
 }
 
 // RLQSSidecar is one serving sidecar: its machine's bucket, the instant it
@@ -238,7 +241,11 @@ func (c RLQSConfig) do(s *RLQSState, i int, a rlqs.Actions) {
 	for _, x := range a.Assign {
 		e, gen := int(x.Stream-1)/16, int(x.Stream-1)%16
 		if env := &s.Envoys[e]; env.Sidecar == i && env.Gen == gen {
-			env.Inbox = append(env.Inbox[:len(env.Inbox):len(env.Inbox)], RLQSMessage{Max: int(x.MaxTokens), TTL: int(x.TTL / rlqsQuantum), PerToken: int(x.FillInterval/rlqsQuantum) / int(x.TokensPerFill), Sent: s.Q})
+			msg := RLQSMessage{TTL: int(x.TTL / rlqsQuantum), Sent: s.Q, Deny: x.Deny}
+			if !x.Deny {
+				msg.Max, msg.PerToken = int(x.MaxTokens), int(x.FillInterval/rlqsQuantum)/int(x.TokensPerFill)
+			}
+			env.Inbox = append(env.Inbox[:len(env.Inbox):len(env.Inbox)], msg)
 		}
 	}
 	sc := &s.Sidecars[i]
@@ -390,6 +397,14 @@ func receive(env *RLQSEnvoy, q int, ratio bool) {
 	msg := env.Inbox[0]
 	env.Inbox = env.Inbox[1:]
 	switch {
+	case msg.Deny:
+		// A blanket DENY_ALL: no bucket, nothing admitted until it
+		// expires (a bucket of no tokens that never refills).
+		env.Has, env.Max, env.Tokens, env.PerToken, env.Expiry = true, 0, 0, 1, q+msg.TTL
+		return
+	case env.Has && env.Max == 0:
+		// A DENY_ALL replaced by a token bucket: a new bucket, full.
+		env.Tokens = msg.Max * msg.PerToken
 	case env.Has && env.Max == msg.Max:
 		// Equal: the live bucket and its tokens stay; the TTL restarts.
 	case env.Has && ratio:
@@ -446,6 +461,7 @@ func (c RLQSConfig) key(s RLQSState) string {
 			v(msg.TTL)
 			v(msg.PerToken)
 			v(msg.Sent)
+			v(b2int(msg.Deny))
 		}
 		at := -1
 		if e.Sidecar >= 0 {

@@ -80,15 +80,15 @@ var rlqsSpaces = []struct {
 	reaches             func(RLQSConfig, RLQSState) bool
 	states, transitions int
 }{
-	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 19392, 30293},
-	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 22551, 48453},
-	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 69946, 159215},
-	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 11810, 22613},
-	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 43361, 90746},
-	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 68989, 162837},
-	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 13740, 22412},
-	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 12836, 20889},
-	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 27083, 46476},
+	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 29997, 49743},
+	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 28455, 60868},
+	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 110856, 260374},
+	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 14631, 29166},
+	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 68812, 158706},
+	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 85887, 202229},
+	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 13735, 22148},
+	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 12829, 20630},
+	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 28263, 48248},
 }
 
 // TestRLQSBound explores the real assignment machine (pkg/rlqs) on each
@@ -148,9 +148,9 @@ func TestRLQSFaultsAreFound(t *testing.T) {
 	}{
 		{"TTL rounded up, no Guard", with(rlqs.FaultCeilTTL, nil), 14},
 		{"TTL without the Guard, latency ≤ Guard", with(rlqs.FaultNoGuard, func(c *RLQSConfig) { c.MaxLatency = 1 }), 14},
-		{"a top-up charged only its increase", with(rlqs.FaultTopUpDifference, nil), 15},
+		{"a top-up charged only its increase", with(rlqs.FaultTopUpDifference, nil), 16},
 		{"an equal resend on each report", with(rlqs.FaultRefreshTTL, func(c *RLQSConfig) { c.ReportEvery = 2 }), 13},
-		{"a leaving Envoy's share given back", with(rlqs.FaultReassignOnLeave, func(c *RLQSConfig) { c.Resets = 1 }), 16},
+		{"a leaving Envoy's share given back", with(rlqs.FaultReassignOnLeave, func(c *RLQSConfig) { c.Resets = 1 }), 17},
 		{"a leaving Envoy's share given back, two sidecars", with(rlqs.FaultReassignOnLeave, func(c *RLQSConfig) { c.Resets, c.Sidecars, c.Limit = 1, 2, 1 }), 9},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkRLQSFound(t, tc.cfg, tc.steps) })
