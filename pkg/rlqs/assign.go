@@ -11,7 +11,7 @@ import (
 // the driver must tick at.
 func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 	if b.Lease == 0 && !now.Before(b.RefusedUntil) {
-		if want := m.ask(b, now); want >= 1 {
+		if want := m.ask(b, now, b.Leases+1); want >= 1 {
 			b.Leases++
 			b.Lease, b.LeaseSent = b.Leases, now
 			a.Lease = LeaseAsk{ID: b.Lease, Min: 1, Max: want}
@@ -68,7 +68,9 @@ func (m *Machine) denyStarved(b *Bucket, now time.Time, a *Actions) {
 // assignment: their predicted demand over the life of the assignment it
 // would send (its TTL: an Envoy cannot spend a share after it expires), at
 // most what the window has left of L for this sidecar; 0 for no lease.
-func (m *Machine) ask(b *Bucket, now time.Time) int64 {
+// Each stream it counts is marked as asked for by lease id (the lease it
+// will be, when the answer is at least 1).
+func (m *Machine) ask(b *Bucket, now time.Time, id uint64) int64 {
 	// Before the window's grant, its end is unknown: the window begins now.
 	left, room := m.ttl(now.Add(m.Window), now), m.Limit
 	if b.inWindow(now) {
@@ -89,7 +91,10 @@ func (m *Machine) ask(b *Bucket, now time.Time) int64 {
 			mean, known = b.mean()
 			measured = true
 		}
-		want = min(want+m.want(b, st, now, left, mean, known), m.Limit)
+		if w := m.want(b, st, now, left, mean, known); w > 0 {
+			want = min(want+w, m.Limit)
+			st.Asked = id
+		}
 	}
 	return min(want, room)
 }
@@ -134,10 +139,10 @@ func (m *Machine) demand(st *Stream, left time.Duration, mean float64, known boo
 	return int64(x)
 }
 
-// assign splits granted units among the streams that want some at now, by
-// demand with largest-remainder rounding, appends their assignments to
-// a.Assign, and returns the units left unassigned.
-func (m *Machine) assign(b *Bucket, now time.Time, granted int64, a *Actions) int64 {
+// assign splits granted units of lease id among the streams it was asked
+// for that want some at now, max-min fairly by demand, appends their
+// assignments to a.Assign, and returns the units left unassigned.
+func (m *Machine) assign(b *Bucket, id uint64, now time.Time, granted int64, a *Actions) int64 {
 	ttl := m.ttl(b.Until, now)
 	if ttl < time.Second {
 		return granted
@@ -145,7 +150,9 @@ func (m *Machine) assign(b *Bucket, now time.Time, granted int64, a *Actions) in
 	mean, known := b.mean()
 	w := b.sc.weights(len(b.Streams))
 	for i := range b.Streams {
-		w[i] = m.want(b, &b.Streams[i], now, ttl, mean, known)
+		if b.Streams[i].Asked == id {
+			w[i] = m.want(b, &b.Streams[i], now, ttl, mean, known)
+		}
 	}
 	shares := b.sc.divide(granted, w)
 	b.buf = b.buf[:0]

@@ -145,6 +145,13 @@ type Stream struct {
 	// Denied is when the blanket DENY_ALL the stream was last sent ends
 	// (see Assignment.Deny); zero: none sent.
 	Denied time.Time
+	// Asked names the lease whose ask counted the stream's demand: a
+	// lease's grant is split among the streams it was asked for, and a
+	// stream that subscribed while it was in flight asks its own next. (A
+	// lease sized for one stream, split among the four that had
+	// subscribed by the time it landed, gave each an eighth of what it
+	// asked for, and none was topped up: issue 41.)
+	Asked uint64
 }
 
 // Assignment is a TokenBucket QuotaAssignmentAction to send on a stream,
@@ -311,7 +318,7 @@ func (m *Machine) Landed(b *Bucket, id uint64, sent, now time.Time, g gale.Grant
 		b.Until = until // the earlier mapping is the safer
 	}
 	b.Leased += g.Granted
-	left := m.assign(b, now, g.Granted, &a)
+	left := m.assign(b, id, now, g.Granted, &a)
 	if left > 0 {
 		b.Returned += left
 		a.Return = gale.Return{Credits: left, WindowEnd: b.WindowEnd, At: now}

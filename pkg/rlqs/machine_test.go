@@ -310,10 +310,24 @@ func TestOneLeaseInFlight(t *testing.T) {
 	if len(r.pending) != 1 {
 		t.Fatalf("%d leases asked, want 1", len(r.pending))
 	}
-	// It lands for everyone subscribed meanwhile.
+	// It lands for the stream it was asked for; the four that subscribed
+	// while it was in flight ask their own lease next, so each gets what
+	// its demand predicts. (Split among all five, the one stream's share
+	// went to five: issue 41, item 1.)
 	r.land(t0.Add(time.Second))
-	if got := r.shares(0); len(got) != 5 {
-		t.Fatalf("shares %v, want all 5 served from the one lease", got)
+	first := r.shares(0)
+	if len(first) != 1 || first[1] == 0 {
+		t.Fatalf("shares %v, want stream 1's alone", first)
+	}
+	if len(r.pending) != 1 {
+		t.Fatalf("%d leases asked after the first landed, want 1 for the four others", len(r.pending))
+	}
+	r.land(t0.Add(time.Second))
+	got := r.shares(0)
+	for s := rlqs.StreamID(1); s <= 5; s++ {
+		if got[s] != first[1] {
+			t.Fatalf("shares %v, want %d each (the same predicted demand)", got, first[1])
+		}
 	}
 }
 

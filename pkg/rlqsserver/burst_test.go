@@ -16,6 +16,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/clock"
+	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
 	"github.com/throttlekit/throttlekit/pkg/rlqsserver"
 )
@@ -192,5 +193,48 @@ func TestAGreedyReporterGetsOnlyWhatHonestOnesLeave(t *testing.T) {
 	}
 	if sum > limit || greedy != limit-3*12 {
 		t.Errorf("greedy %d, Σ %d: want the %d the honest ones leave, Σ ≤ %d", greedy, sum, limit-3*12, limit)
+	}
+}
+
+// gatedStore holds its first lease until release is closed: Envoys that
+// subscribe while it is in flight subscribe together.
+type gatedStore struct {
+	gale.Store
+	once    sync.Once
+	release chan struct{}
+}
+
+func (s *gatedStore) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi int64, now time.Time) (gale.Grant, error) {
+	s.once.Do(func() { <-s.release })
+	return s.Store.Lease(ctx, key, rule, lo, hi, now)
+}
+
+// TestEnvoysSubscribingTogetherEachGetTheirShare (issue 41, item 1), on a
+// real Redis: four Envoys subscribe while the first one's lease is in
+// flight. Each is predicted at L/8 a window over its 49 s TTL (11 of 100);
+// the lease asked for the first is the first's, and the three others ask
+// theirs next. Split among all four, the first's 11 gave them 3, 3, 3 and
+// 2, and none was topped up in the window.
+func TestEnvoysSubscribingTogetherEachGetTheirShare(t *testing.T) {
+	store := &gatedStore{Store: stores(t)["redis"](t), release: make(chan struct{})}
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, store, clk, rlqsserver.Options{})
+	var es []*envoy
+	for range 4 {
+		e := connect(t, sc)
+		e.subscribe(tenantA)
+		es = append(es, e)
+	}
+	close(store.release)
+	var sum int64
+	for i, e := range es {
+		n, ttl := tokens(t, e.next(tenantA))
+		sum += n
+		if n != 11 || ttl != 49*time.Second {
+			t.Errorf("Envoy %d: %d tokens for %v, want 11 (L/8 a window over the 49 s TTL)", i, n, ttl)
+		}
+	}
+	if sum > limit {
+		t.Fatalf("Σ %d > L %d", sum, limit)
 	}
 }

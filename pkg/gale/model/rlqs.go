@@ -436,12 +436,15 @@ func (c RLQSConfig) key(s RLQSState) string {
 	var b []byte
 	v := func(x int) { b = binary.AppendVarint(b, int64(x)) }
 	tm := func(t time.Time) { v(quanta(t)) }
-	stream := func(st rlqs.Stream) {
+	// stream encodes st of a bucket whose lease in flight is lease (0:
+	// none): whether that lease was asked for it is what its landing reads.
+	stream := func(st rlqs.Stream, lease uint64) {
 		b = binary.AppendUvarint(b, math.Float64bits(st.Rate))
-		v(b2int(st.Known))
+		v(b2int(st.Known) | b2int(lease != 0 && st.Asked == lease)<<1)
 		tm(st.Window)
 		v(int(st.Share))
 		tm(st.Live)
+		tm(st.Denied)
 	}
 	matched := 0
 	envoys := make([]string, len(s.Envoys))
@@ -474,7 +477,7 @@ func (c RLQSConfig) key(s RLQSState) string {
 			}
 			v(at)
 			if at >= 0 {
-				stream(streams[at])
+				stream(streams[at], s.Sidecars[e.Sidecar].Bucket.Lease)
 				matched++
 			}
 		}
@@ -497,6 +500,7 @@ func (c RLQSConfig) key(s RLQSState) string {
 		v(int(bk.Returned))
 		v(b2int(bk.Lease != 0))
 		tm(bk.RefusedUntil)
+		tm(bk.Spent)
 		v(len(bk.Streams))
 		if r := sc.Reply; r != nil {
 			v(int(r.Grant.Granted))
@@ -517,7 +521,7 @@ func (c RLQSConfig) key(s RLQSState) string {
 		for _, sc := range s.Sidecars {
 			for _, st := range sc.Bucket.Streams {
 				v(int(st.ID))
-				stream(st)
+				stream(st, sc.Bucket.Lease)
 			}
 		}
 	}
