@@ -170,7 +170,8 @@ func modeRow(sp Spec, bucket bool) string {
 // Violation is a counter that broke its row.
 type Violation struct {
 	Row    string // the row's Name
-	Step   int    // the step that broke it
+	Window int    // the Window (of the schedule's, on the true clock) it broke in
+	Step   int    // the step that broke it (-1: a window's whole)
 	Safety bool   // the most (false: the least)
 	Detail string
 }
@@ -180,7 +181,10 @@ func (v Violation) String() string {
 	if v.Safety {
 		kind = "most"
 	}
-	return fmt.Sprintf("%s, step #%d, %s: %s", v.Row, v.Step, kind, v.Detail)
+	if v.Step < 0 {
+		return fmt.Sprintf("%s, window %d, %s: %s", v.Row, v.Window, kind, v.Detail)
+	}
+	return fmt.Sprintf("%s, window %d, step #%d, %s: %s", v.Row, v.Window, v.Step, kind, v.Detail)
 }
 
 // Judge judges every counter of sc by its row, from what the clients were
@@ -214,6 +218,11 @@ func Judge(sc Schedule, told []Told) []Violation {
 		row := Rows[due[undue[0]].row].Name
 		out = append(out, Violation{Row: row, Step: undue[0],
 			Detail: fmt.Sprintf("%d denials no limit was due, the first %v: %s", len(undue), st, due[undue[0]].why)})
+	}
+	for i, v := range out {
+		if v.Step >= 0 {
+			out[i].Window = int(sc.Steps[v.Step].At / Window)
+		}
 	}
 	return out
 }

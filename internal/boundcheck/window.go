@@ -283,7 +283,7 @@ func steady(sc Schedule, h *history, wins map[int64]*window) []Violation {
 		}
 		least := min(x.asked, x.most) - slackBy(sc.Spec, sc.Nodes+kills[w])
 		if x.admitted < least {
-			out = append(out, Violation{Row: Rows[row].Name,
+			out = append(out, Violation{Row: Rows[row].Name, Window: int(w), Step: -1,
 				Detail: fmt.Sprintf("%v window %d admitted %d of %d asked, want at least %d = %s", h.key, w, x.admitted, x.asked, least, Rows[row].Least)})
 		}
 	}
