@@ -144,7 +144,7 @@ fleet-chart:
 # The bounds checker (internal/boundcheck) run long: SEEDS seeded
 # schedules on the memory store from FIRST_SEED, REDIS_SEEDS on a real
 # Redis, progress every 30 s, the seeds it ran at the end. `make test`
-# runs 2,000 and 100.
+# runs 1,000 and 50.
 SEEDS ?= 100000
 FIRST_SEED ?= 1
 REDIS_SEEDS ?= 1000

@@ -3,8 +3,7 @@ package boundcheck
 import (
 	"context"
 	"fmt"
-
-	"github.com/throttlekit/throttlekit/pkg/gale"
+	"slices"
 )
 
 // Result is one schedule checked.
@@ -16,20 +15,21 @@ type Result struct {
 // Failed reports whether a window broke its row.
 func (r Result) Failed() bool { return len(r.Violations) > 0 }
 
-// Run plays sc on a store from newStore and judges it. domain names the
-// run's keys apart (a store shared between runs).
-func Run(ctx context.Context, sc Schedule, newStore func() gale.Store, domain string) (Result, error) {
-	told, err := Play(ctx, sc, newStore(), domain)
+// Run plays sc on a store from b and judges it. domain names the run's
+// keys apart (a store shared between runs).
+func Run(ctx context.Context, sc Schedule, b Backend, domain string) (Result, error) {
+	told, err := Play(ctx, sc, b, domain)
 	if err != nil {
 		return Result{Schedule: sc}, err
 	}
 	return Result{Schedule: sc, Violations: Judge(sc, told)}, nil
 }
 
-// Shrink returns a schedule with as few steps and nodes as it can find
-// that still breaks the row r broke (same row, same kind), by removing
-// chunks of steps, halving down to single steps (a reservation goes with
-// its settlement), then nodes. fails runs a candidate.
+// Shrink returns a schedule with as few steps, nodes and limits as it can
+// find that still breaks the row r broke (same row, same kind), by
+// removing chunks of steps, halving down to single steps (a reservation
+// goes with its settlement), then nodes, the skew, and limits (from every
+// policy of the schedule). fails runs a candidate.
 func Shrink(ctx context.Context, r Result, fails func(Schedule) (Result, error)) (Result, error) {
 	want := r.Violations[0]
 	same := func(c Result) bool {
@@ -83,6 +83,9 @@ func Shrink(ctx context.Context, r Result, fails func(Schedule) (Result, error))
 			st.Node = min(st.Node, cand.Nodes-1)
 			cand.Steps = append(cand.Steps, st)
 		}
+		if cand.Skew != nil {
+			cand.Skew = cand.Skew[:cand.Nodes]
+		}
 		got, err := try(cand)
 		if err != nil {
 			return best, err
@@ -91,7 +94,52 @@ func Shrink(ctx context.Context, r Result, fails func(Schedule) (Result, error))
 			break
 		}
 	}
+	if best.Schedule.Skew != nil {
+		cand := best.Schedule
+		cand.Skew = nil
+		if _, err := try(cand); err != nil {
+			return best, err
+		}
+	}
+	for i := 0; i < len(best.Schedule.Spec.Limits); {
+		cand, ok := withoutCounter(best.Schedule, best.Schedule.Spec.Limits[i].Counter())
+		if ok {
+			got, err := try(cand)
+			if err != nil {
+				return best, err
+			}
+			if got {
+				continue
+			}
+		}
+		i++
+	}
 	return best, nil
+}
+
+// withoutCounter is sc with no limit counting in c, in any of its
+// policies; ok is false when a policy would be left with none.
+func withoutCounter(sc Schedule, c Counter) (Schedule, bool) {
+	drop := func(sp Spec) (Spec, bool) {
+		sp.Limits = slices.DeleteFunc(slices.Clone(sp.Limits), func(l Limit) bool { return l.Counter() == c })
+		return sp, len(sp.Limits) > 0
+	}
+	out := sc
+	var ok bool
+	if out.Spec, ok = drop(sc.Spec); !ok {
+		return sc, false
+	}
+	out.Steps = slices.Clone(sc.Steps)
+	for i, st := range out.Steps {
+		if st.Kind == Reload {
+			sp, ok := drop(*st.Policy)
+			if !ok {
+				return sc, false
+			}
+			out.Steps[i].Policy = &sp
+		}
+	}
+	return out, true
 }
 
 // without is sc less steps [at, at+n), and the settlements of the
@@ -125,8 +173,9 @@ func without(sc Schedule, at, n int) (Schedule, bool) {
 	return out, len(out.Steps) > 0
 }
 
-// Describe is a failing result for a person: the row, the window, what
-// broke, and the schedule to replay.
+// Describe is a failing result for a person: the row, the step, what
+// broke, the schedule to replay, and the schedule as Go source for
+// regress_test.go.
 func Describe(r Result) string {
-	return fmt.Sprintf("%v\n%v", r.Violations[0], r.Schedule)
+	return fmt.Sprintf("%v\n%v\n%s", r.Violations[0], r.Schedule, r.Schedule.Literal())
 }

@@ -15,11 +15,37 @@ import (
 )
 
 var (
-	seeds     = flag.Uint64("seeds", 2000, "schedules to check on the memory store (make check-bounds SEEDS=…)")
+	seeds     = flag.Uint64("seeds", 1000, "schedules to check on the memory store (make check-bounds SEEDS=…)")
 	firstSeed = flag.Uint64("first-seed", 1, "the first seed")
-	redisRuns = flag.Uint64("redis-seeds", 100, "schedules to check on a real Redis")
+	redisRuns = flag.Uint64("redis-seeds", 50, "schedules to check on a real Redis")
 	survey    = flag.Bool("survey", false, "go on past failures: report, for each row and kind broken, the first seed and how many broke it")
 )
+
+// memory is the memory store: a fresh one per run, restarted as a new one.
+var memory = Backend{
+	New:     func() gale.Store { return memstore.New() },
+	Restart: func(context.Context, gale.Store) (gale.Store, error) { return memstore.New(), nil },
+	Local:   true,
+}
+
+// startRedis starts a real Redis, shared by the runs (their domains name
+// their keys apart, and they run one at a time): a restart empties it
+// (FLUSHALL), and the store counts it as its restart watch counts a new
+// server.
+func startRedis(t *testing.T) Backend {
+	srv := testenv.StartRedis(t)
+	client := srv.Client()
+	store, err := redisstore.New(client, redisstore.Options{Timeout: testenv.StoreDeadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Backend{
+		New: func() gale.Store { return store },
+		Restart: func(ctx context.Context, s gale.Store) (gale.Store, error) {
+			return s, client.FlushAll(ctx).Err()
+		},
+	}
+}
 
 // TestBoundsHold plays seeded schedules on the memory store (each on a
 // store of its own) and on a real Redis, and judges every window by its
@@ -27,7 +53,7 @@ var (
 // with -first-seed and -seeds=1.
 func TestBoundsHold(t *testing.T) {
 	ctx := context.Background()
-	check := func(t *testing.T, from, n uint64, newStore func() gale.Store) {
+	check := func(t *testing.T, from, n uint64, b Backend) {
 		began, last := time.Now(), time.Now()
 		steps := 0
 		found, first := map[string]int{}, map[string]string{}
@@ -40,7 +66,7 @@ func TestBoundsHold(t *testing.T) {
 			sc := Generate(seed)
 			steps += len(sc.Steps)
 			domain := fmt.Sprintf("bc%d", seed)
-			r, err := Run(ctx, sc, newStore, domain)
+			r, err := Run(ctx, sc, b, domain)
 			if err != nil {
 				t.Fatalf("seed %d: %v\n%v", seed, err, sc)
 			}
@@ -58,7 +84,7 @@ func TestBoundsHold(t *testing.T) {
 				k := 0
 				small, err := Shrink(ctx, r, func(c Schedule) (Result, error) {
 					k++
-					return Run(ctx, c, newStore, fmt.Sprintf("%s-s%d", domain, k))
+					return Run(ctx, c, b, fmt.Sprintf("%s-s%d", domain, k))
 				})
 				if err != nil {
 					t.Logf("shrinking stopped: %v", err)
@@ -74,17 +100,12 @@ func TestBoundsHold(t *testing.T) {
 		t.Logf("%d schedules clean (seeds %d..%d), %d steps, in %v", n, from, from+n-1, steps, time.Since(began).Round(time.Second))
 	}
 	t.Run("memory", func(t *testing.T) {
-		check(t, *firstSeed, *seeds, func() gale.Store { return memstore.New() })
+		check(t, *firstSeed, *seeds, memory)
 	})
 	t.Run("redis", func(t *testing.T) {
 		if testing.Short() || *redisRuns == 0 {
 			t.Skip("starts redis-server")
 		}
-		srv := testenv.StartRedis(t)
-		store, err := redisstore.New(srv.Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
-		if err != nil {
-			t.Fatal(err)
-		}
-		check(t, *firstSeed, *redisRuns, func() gale.Store { return store })
+		check(t, *firstSeed, *redisRuns, startRedis(t))
 	})
 }

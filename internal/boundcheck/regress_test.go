@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/throttlekit/throttlekit/pkg/gale"
-	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 )
 
 // regressions are schedules the checker found breaking the table, shrunk,
@@ -16,7 +13,7 @@ var regressions = map[string]Schedule{
 	// Issue 40, item 2, as the checker shrank seed 3 on the main of then:
 	// a fair rule dropped the extra past a reservation when it no longer
 	// fit, so reservations went on being admitted past the limit.
-	"fair extra dropped": {Seed: 3, Nodes: 1, Spec: Spec{Limit: 8, Mode: Strict, Batch: 5, Fair: true}, Steps: []Step{
+	"fair extra dropped": {Seed: 3, Nodes: 1, Spec: Spec{Fair: true, Mode: Strict, Batch: 5, Limits: []Limit{{Algorithm: FixedWindow, Period: Window, Count: 8}}}, Steps: []Step{
 		{At: 19360530124, Kind: Reserve, Tenant: "t0", Cost: 1},
 		{At: 31435294731, Kind: Check, Tenant: "t0", Cost: 1},
 		{At: 31457480266, Kind: Reserve, Tenant: "t0", Cost: 2},
@@ -32,7 +29,7 @@ var regressions = map[string]Schedule{
 // steadyTenants is a steady schedule: tenants each ask once per window,
 // spread over it, for windows windows, under a fair limit.
 func steadyTenants(limit int64, tenants, windows int) Schedule {
-	sc := Schedule{Nodes: 1, Steady: true, Spec: Spec{Limit: limit, Mode: Strict, Batch: 1, Fair: true}}
+	sc := Schedule{Nodes: 1, Steady: true, Spec: Spec{Fair: true, Mode: Strict, Batch: 1, Limits: []Limit{{Algorithm: FixedWindow, Period: Window, Count: limit}}}}
 	for w := range windows {
 		for i := range tenants {
 			at := time.Duration(w)*Window + time.Duration(i)*Window/time.Duration(tenants+1)
@@ -47,7 +44,7 @@ func steadyTenants(limit int64, tenants, windows int) Schedule {
 func TestRegressions(t *testing.T) {
 	for name, sc := range regressions {
 		t.Run(name, func(t *testing.T) {
-			r, err := Run(context.Background(), sc, func() gale.Store { return memstore.New() }, "bc")
+			r, err := Run(context.Background(), sc, memory, "bc")
 			if err != nil {
 				t.Fatal(err)
 			}
