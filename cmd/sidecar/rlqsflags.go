@@ -19,11 +19,16 @@ type rlqsConfig struct {
 	guard time.Duration
 	// abandonIdle abandons subscriptions idle this long; 0: never.
 	abandonIdle time.Duration
+	// maxStreamsPerConn and maxBuckets bound one client connection's
+	// streams and the buckets tracked; 0: no bound.
+	maxStreamsPerConn, maxBuckets int
 }
 
 func (r *rlqsConfig) define(fs *flag.FlagSet) {
 	fs.BoolVar(&r.enabled, "rlqs", false, "serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3, filter envoy.filters.http.rate_limit_quota) on the gRPC listener: buckets match the same policy as RLS, and each window this sidecar leases units from the store and assigns them to its Envoys as token buckets that expire before the window ends")
 	fs.DurationVar(&r.guard, "rlqs-guard", rlqs.DefaultGuard, "with --rlqs, how long before its window's end an assignment expires: longer than one-way delivery to Envoy, or an assignment may outlive its window (at most 1s)")
+	fs.IntVar(&r.maxStreamsPerConn, "rlqs-max-streams-per-conn", rlqsserver.DefaultMaxStreamsPerConn, "with --rlqs, the most streams one client connection may hold open (an Envoy opens one per domain; more are refused with RESOURCE_EXHAUSTED, so one client cannot count as many Envoys in a window's split); 0: no bound")
+	fs.IntVar(&r.maxBuckets, "rlqs-max-buckets", rlqsserver.DefaultMaxBuckets, "with --rlqs, the most buckets this sidecar tracks (each costs a timer and its streams' records); a new bucket's usages past it are skipped, counted in throttlekit_rlqs_skipped_usages_total{reason=\"buckets\"}; 0: no bound")
 	fs.DurationVar(&r.abandonIdle, "rlqs-abandon-idle", rlqsserver.DefaultAbandonIdle, "with --rlqs, tell an Envoy to drop a bucket it has reported no request for this long (it subscribes again on its next request, which its no_assignment_behavior decides); 0: never")
 }
 
@@ -31,6 +36,9 @@ func (r *rlqsConfig) validate() error {
 	var errs []error
 	if r.guard <= 0 || r.guard > time.Second {
 		errs = append(errs, fmt.Errorf("--rlqs-guard %v: want more than 0 and at most 1s (assignments live in whole seconds, windows at least 2s)", r.guard))
+	}
+	if r.maxStreamsPerConn < 0 || r.maxBuckets < 0 {
+		errs = append(errs, fmt.Errorf("--rlqs-max-streams-per-conn %d, --rlqs-max-buckets %d: must be ≥ 0 (0: no bound)", r.maxStreamsPerConn, r.maxBuckets))
 	}
 	if r.abandonIdle < 0 {
 		errs = append(errs, fmt.Errorf("--rlqs-abandon-idle %v: must be ≥ 0 (0: never)", r.abandonIdle))
@@ -42,9 +50,16 @@ func (r *rlqsConfig) validate() error {
 
 // options are the server's options over resolver r.
 func (r *rlqsConfig) options(storeTimeout time.Duration) rlqsserver.Options {
-	o := rlqsserver.Options{Guard: r.guard, StoreTimeout: storeTimeout, AbandonIdle: r.abandonIdle}
+	o := rlqsserver.Options{Guard: r.guard, StoreTimeout: storeTimeout, AbandonIdle: r.abandonIdle,
+		MaxStreamsPerConn: r.maxStreamsPerConn, MaxBuckets: r.maxBuckets}
 	if r.abandonIdle == 0 {
 		o.AbandonIdle = -1 // never
+	}
+	if r.maxStreamsPerConn == 0 {
+		o.MaxStreamsPerConn = -1 // no bound
+	}
+	if r.maxBuckets == 0 {
+		o.MaxBuckets = -1 // no bound
 	}
 	return o
 }

@@ -11,19 +11,20 @@ import (
 // engine's rule metrics), a blanket action and its reason, a skip reason;
 // never a bucket's values.
 var (
-	descRLQSAssignments = prometheus.NewDesc("throttlekit_rlqs_assignments_total", "Token-bucket quota assignments sent to Envoys (RLQS), by rule.", []string{"domain", "rule"}, nil)
-	descRLQSUnits       = prometheus.NewDesc("throttlekit_rlqs_assigned_units_total", "Units assigned (the sum of the assignments' max_tokens), each charged in full to its window, by rule.", []string{"domain", "rule"}, nil)
-	descRLQSExpiries    = prometheus.NewDesc("throttlekit_rlqs_expiries_total", "Assignments whose time to live ended (each ends before its window does) while their stream was subscribed, by rule.", []string{"domain", "rule"}, nil)
-	descRLQSAbandons    = prometheus.NewDesc("throttlekit_rlqs_abandons_total", "AbandonActions sent (a subscription idle past --rlqs-abandon-idle), by rule.", []string{"domain", "rule"}, nil)
-	descRLQSReported    = prometheus.NewDesc("throttlekit_rlqs_reported_requests_total", "Requests Envoys reported for the rule's buckets, by verdict (allowed, denied).", []string{"domain", "rule", "verdict"}, nil)
-	descRLQSLeased      = prometheus.NewDesc("throttlekit_rlqs_leased_units_total", "Units the RLQS service leased from the store for its Envoys, by rule.", []string{"domain", "rule"}, nil)
-	descRLQSReturned    = prometheus.NewDesc("throttlekit_rlqs_returned_units_total", "Units leased and never assigned, given back to their window, by rule.", []string{"domain", "rule"}, nil)
-	descRLQSStreams     = prometheus.NewDesc("throttlekit_rlqs_streams_open", "RLQS streams (one per Envoy and domain) open now.", nil, nil)
-	descRLQSBlanket     = prometheus.NewDesc("throttlekit_rlqs_blanket_actions_total", "Blanket actions sent, by action (allow_all, deny_all) and reason (no_limit: no limit matches the bucket; blocked: a limit of 0; refused: a limit RLQS cannot serve, logged with its rule).", []string{"action", "reason"}, nil)
-	descRLQSSkipped     = prometheus.NewDesc("throttlekit_rlqs_skipped_usages_total", "Bucket usages of reports not served, by reason (bucket_id, entries, elapsed, counts, streams); bad_report counts whole messages refused with INVALID_ARGUMENT.", []string{"reason"}, nil)
-	descRLQSSuperseded  = prometheus.NewDesc("throttlekit_rlqs_superseded_actions_total", "Bucket actions replaced, before they were sent, by a newer one for the same bucket and stream (an Envoy reading slower than its actions come); an assignment among them stays charged, which only under-admits.", nil, nil)
-	descRLQSMessages    = prometheus.NewDesc("throttlekit_rlqs_response_messages_total", "Response messages sent to Envoys.", nil, nil)
-	descRLQSActions     = prometheus.NewDesc("throttlekit_rlqs_actions_sent_total", "Bucket actions sent to Envoys (a response message carries up to 1,000).", nil, nil)
+	descRLQSAssignments    = prometheus.NewDesc("throttlekit_rlqs_assignments_total", "Token-bucket quota assignments sent to Envoys (RLQS), by rule.", []string{"domain", "rule"}, nil)
+	descRLQSUnits          = prometheus.NewDesc("throttlekit_rlqs_assigned_units_total", "Units assigned (the sum of the assignments' max_tokens), each charged in full to its window, by rule.", []string{"domain", "rule"}, nil)
+	descRLQSExpiries       = prometheus.NewDesc("throttlekit_rlqs_expiries_total", "Assignments whose time to live ended (each ends before its window does) while their stream was subscribed, by rule.", []string{"domain", "rule"}, nil)
+	descRLQSAbandons       = prometheus.NewDesc("throttlekit_rlqs_abandons_total", "AbandonActions sent (a subscription idle past --rlqs-abandon-idle), by rule.", []string{"domain", "rule"}, nil)
+	descRLQSReported       = prometheus.NewDesc("throttlekit_rlqs_reported_requests_total", "Requests Envoys reported for the rule's buckets, by verdict (allowed, denied).", []string{"domain", "rule", "verdict"}, nil)
+	descRLQSLeased         = prometheus.NewDesc("throttlekit_rlqs_leased_units_total", "Units the RLQS service leased from the store for its Envoys, by rule.", []string{"domain", "rule"}, nil)
+	descRLQSReturned       = prometheus.NewDesc("throttlekit_rlqs_returned_units_total", "Units leased and never assigned, given back to their window, by rule.", []string{"domain", "rule"}, nil)
+	descRLQSStreams        = prometheus.NewDesc("throttlekit_rlqs_streams_open", "RLQS streams (one per Envoy and domain) open now.", nil, nil)
+	descRLQSBlanket        = prometheus.NewDesc("throttlekit_rlqs_blanket_actions_total", "Blanket actions sent, by action (allow_all, deny_all) and reason (no_limit: no limit matches the bucket; blocked: a limit of 0; refused: a limit RLQS cannot serve, logged with its rule).", []string{"action", "reason"}, nil)
+	descRLQSSkipped        = prometheus.NewDesc("throttlekit_rlqs_skipped_usages_total", "Bucket usages of reports not served, by reason (bucket_id, entries, elapsed, counts, streams); bad_report counts whole messages refused with INVALID_ARGUMENT.", []string{"reason"}, nil)
+	descRLQSSuperseded     = prometheus.NewDesc("throttlekit_rlqs_superseded_actions_total", "Bucket actions replaced, before they were sent, by a newer one for the same bucket and stream (an Envoy reading slower than its actions come); an assignment among them stays charged, which only under-admits.", nil, nil)
+	descRLQSRefusedStreams = prometheus.NewDesc("throttlekit_rlqs_refused_streams_total", "RLQS streams refused because their client connection had --rlqs-max-streams-per-conn open already (an Envoy opens one per domain).", nil, nil)
+	descRLQSMessages       = prometheus.NewDesc("throttlekit_rlqs_response_messages_total", "Response messages sent to Envoys.", nil, nil)
+	descRLQSActions        = prometheus.NewDesc("throttlekit_rlqs_actions_sent_total", "Bucket actions sent to Envoys (a response message carries up to 1,000).", nil, nil)
 )
 
 // RLQSCollector is the throttlekit_rlqs_* series, read from Stats at each
@@ -35,7 +36,7 @@ type RLQSCollector struct {
 // Describe sends the descriptors of every series c collects.
 func (RLQSCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRLQSAssignments, descRLQSUnits, descRLQSExpiries, descRLQSAbandons, descRLQSReported,
-		descRLQSLeased, descRLQSReturned, descRLQSStreams, descRLQSBlanket, descRLQSSkipped, descRLQSSuperseded, descRLQSMessages, descRLQSActions} {
+		descRLQSLeased, descRLQSReturned, descRLQSStreams, descRLQSBlanket, descRLQSSkipped, descRLQSSuperseded, descRLQSRefusedStreams, descRLQSMessages, descRLQSActions} {
 		ch <- d
 	}
 }
@@ -68,11 +69,12 @@ func (c RLQSCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descRLQSBlanket, s.Blanket[rlqsserver.BlanketReason{Action: a, Reason: why}], a, why)
 		}
 	}
-	for _, why := range []string{"bucket_id", "entries", "elapsed", "counts", "streams", "report"} {
+	for _, why := range []string{"bucket_id", "entries", "elapsed", "counts", "streams", "report", "buckets"} {
 		counter(descRLQSSkipped, s.Skipped[why], why)
 	}
 	counter(descRLQSSkipped, s.BadReports, "bad_report")
 	counter(descRLQSSuperseded, s.Superseded)
+	counter(descRLQSRefusedStreams, s.RefusedStreams)
 	counter(descRLQSMessages, s.Messages)
 	counter(descRLQSActions, s.Actions)
 }

@@ -11,7 +11,9 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
@@ -237,4 +239,76 @@ func TestEnvoysSubscribingTogetherEachGetTheirShare(t *testing.T) {
 	if sum > limit {
 		t.Fatalf("Σ %d > L %d", sum, limit)
 	}
+}
+
+// TestStreamsAndBucketsAreBounded (issue 41, item 4): one client
+// connection holds at most MaxStreamsPerConn streams (500 streams on one
+// connection were 500 Envoys to the split); another connection holds its
+// own; a stream closed frees its place. Past MaxBuckets a new bucket's
+// usage is skipped (reason buckets) and the others served.
+func TestStreamsAndBucketsAreBounded(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, stores(t)["redis"](t), clk, rlqsserver.Options{MaxStreamsPerConn: 3, MaxBuckets: 5})
+	dial := func() *grpc.ClientConn {
+		conn, err := grpc.NewClient(sc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	// open opens a stream on conn and reports one bucket on it: its answer
+	// is the bucket's action, or the stream's refusal.
+	open := func(conn *grpc.ClientConn, tenant string) (grpc.BidiStreamingClient[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse], error) {
+		ctx, cancel := context.WithTimeout(bg, testenv.StoreDeadline)
+		t.Cleanup(cancel)
+		st, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "q", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &rlqspb.BucketId{Bucket: map[string]string{"tenant": tenant}}, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1}}}); err != nil {
+			return nil, err
+		}
+		_, err = st.Recv()
+		return st, err
+	}
+	one := dial()
+	var held []grpc.BidiStreamingClient[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]
+	for i := range 3 {
+		st, err := open(one, "a")
+		if err != nil {
+			t.Fatalf("stream %d of 3 on one connection: %v", i, err)
+		}
+		held = append(held, st)
+	}
+	if _, err := open(one, "a"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a fourth stream on one connection: %v, want ResourceExhausted", err)
+	}
+	if _, err := open(dial(), "a"); err != nil {
+		t.Fatalf("a stream on another connection: %v", err)
+	}
+	if err := held[0].CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the closed stream to free its place", func() bool {
+		st, err := open(one, "a")
+		if err == nil {
+			held = append(held, st)
+		}
+		return err == nil
+	})
+	if got := sc.srv.Stats().RefusedStreams; got < 1 {
+		t.Errorf("refused streams counted %d, want at least 1", got)
+	}
+	// Buckets: a (above), then b..h on a new connection: 5 tracked at most.
+	for _, tenant := range []string{"b", "c", "d", "e"} {
+		if _, err := open(dial(), tenant); err != nil {
+			t.Fatalf("bucket %s: %v", tenant, err)
+		}
+	}
+	e := connect(t, sc)
+	e.report(false, usage{bucket: map[string]string{"tenant": "f"}, allowed: 1}, usage{bucket: map[string]string{"tenant": "a"}, allowed: 1}, usage{bucket: map[string]string{"tenant": "g"}, allowed: 1})
+	e.next(map[string]string{"tenant": "a"}) // a tracked bucket is served
+	waitFor(t, "f and g skipped, past the 5 tracked", func() bool { return sc.srv.Stats().Skipped["buckets"] == 2 })
 }

@@ -25,6 +25,7 @@ package rlqsserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -34,6 +35,7 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttlekit/pkg/clock"
@@ -53,6 +55,11 @@ const (
 	// MaxBucketsPerStream bounds the buckets one stream subscribes; usages
 	// of more are skipped (reason "streams").
 	MaxBucketsPerStream = 10000
+	// DefaultMaxStreamsPerConn is Options.MaxStreamsPerConn's zero value:
+	// an Envoy opens one stream per domain on a connection.
+	DefaultMaxStreamsPerConn = 16
+	// DefaultMaxBuckets is Options.MaxBuckets's zero value.
+	DefaultMaxBuckets = 100000
 	// MaxActionsPerMessage is the most bucket actions one response
 	// message carries: a stream's due actions go out in as few messages
 	// as this allows.
@@ -76,6 +83,15 @@ type Options struct {
 	// AbandonIdle abandons a subscription that reported no request for
 	// this long (0: DefaultAbandonIdle; negative: never).
 	AbandonIdle time.Duration
+	// MaxStreamsPerConn bounds the streams open at once on one client
+	// connection (0: DefaultMaxStreamsPerConn; negative: no bound): one
+	// client opening 500 streams was 500 Envoys to the split. A stream
+	// past it is refused with ResourceExhausted.
+	MaxStreamsPerConn int
+	// MaxBuckets bounds the buckets the server tracks (0:
+	// DefaultMaxBuckets; negative: no bound); a usage of a new bucket past
+	// it is skipped (reason "buckets").
+	MaxBuckets int
 	// Logger receives refusals and skipped usages (nil: discard).
 	Logger *slog.Logger
 }
@@ -92,6 +108,7 @@ type Server struct {
 	nextStream atomic.Uint64
 	mu         sync.Mutex
 	buckets    map[string]*bucket // by bucketKey; guarded by mu
+	perConn    map[string]int     // streams open by client connection (peer address); guarded by mu
 	closed     bool               // guarded by mu
 	calls      sync.WaitGroup     // store calls in flight
 	stopping   chan struct{}      // closed by Shutdown
@@ -121,7 +138,14 @@ func New(opts Options) (*Server, error) {
 	if opts.AbandonIdle == 0 {
 		opts.AbandonIdle = DefaultAbandonIdle
 	}
-	s := &Server{opts: opts, clk: opts.Clock, log: opts.Logger, stats: newStats(), buckets: map[string]*bucket{}, stopping: make(chan struct{})}
+	if opts.MaxStreamsPerConn == 0 {
+		opts.MaxStreamsPerConn = DefaultMaxStreamsPerConn
+	}
+	if opts.MaxBuckets == 0 {
+		opts.MaxBuckets = DefaultMaxBuckets
+	}
+	s := &Server{opts: opts, clk: opts.Clock, log: opts.Logger, stats: newStats(), buckets: map[string]*bucket{},
+		perConn: map[string]int{}, stopping: make(chan struct{})}
 	if s.clk == nil {
 		s.clk = clock.Real{}
 	}
@@ -193,6 +217,10 @@ func (s *Server) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLi
 		return ErrShuttingDown
 	default:
 	}
+	if err := s.openOnConn(st.Context()); err != nil {
+		return err
+	}
+	defer s.closeOnConn(st.Context())
 	str := &stream{id: rlqs.StreamID(s.nextStream.Add(1)), due: make(chan struct{}, 1),
 		pending: map[string]*rlqspb.RateLimitQuotaResponse_BucketAction{}, subs: map[string]*bucket{}, stats: s.stats}
 	ctx, cancel := context.WithCancel(st.Context())
@@ -241,6 +269,40 @@ func (s *Server) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLi
 	}
 }
 
+// ErrTooManyStreams refuses a stream past Options.MaxStreamsPerConn.
+var ErrTooManyStreams = status.Error(codes.ResourceExhausted, "rlqs: too many streams on one connection (an Envoy opens one per domain; --rlqs-max-streams-per-conn)")
+
+// connOf names ctx's client connection: its peer address.
+func connOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.Network() + "/" + p.Addr.String()
+	}
+	return ""
+}
+
+// openOnConn counts a stream opening on ctx's connection, or refuses it
+// past MaxStreamsPerConn (counted).
+func (s *Server) openOnConn(ctx context.Context) error {
+	c := connOf(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if max := s.opts.MaxStreamsPerConn; max > 0 && s.perConn[c] >= max {
+		s.stats.add(func(t *stats) { t.refusedStreams++ })
+		return ErrTooManyStreams
+	}
+	s.perConn[c]++
+	return nil
+}
+
+func (s *Server) closeOnConn(ctx context.Context) {
+	c := connOf(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perConn[c]--; s.perConn[c] <= 0 {
+		delete(s.perConn, c)
+	}
+}
+
 // handle serves one report message of str.
 func (s *Server) handle(str *stream, m *rlqspb.RateLimitQuotaUsageReports) error {
 	domain, usages, skips, err := str.dec.decode(m)
@@ -265,7 +327,12 @@ func (s *Server) handle(str *stream, m *rlqspb.RateLimitQuotaUsageReports) error
 		}
 		for {
 			if b == nil {
-				if b = s.bucketFor(domain, u); b == nil {
+				var full bool
+				if b, full = s.bucketFor(domain, u); full {
+					s.skip(domain, skipped{reason: "buckets", err: fmt.Errorf("the server tracks %d buckets, its most (--rlqs-max-buckets)", s.opts.MaxBuckets)})
+					break
+				}
+				if b == nil {
 					return status.Error(codes.Unavailable, "rlqs: server shutting down")
 				}
 			}
@@ -284,20 +351,24 @@ func (s *Server) skip(domain string, sk skipped) {
 	s.log.Debug("rlqs: bucket usage skipped", "domain", domain, "reason", sk.reason, "err", sk.err)
 }
 
-// bucketFor is u's bucket driver, made if new; nil once closed.
-func (s *Server) bucketFor(domain string, u *usage) *bucket {
+// bucketFor is u's bucket driver, made if new; nil once closed, or with
+// full when the server tracks MaxBuckets already.
+func (s *Server) bucketFor(domain string, u *usage) (b *bucket, full bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil
+		return nil, false
 	}
-	b := s.buckets[string(u.key)]
+	b = s.buckets[string(u.key)]
+	if b == nil && s.opts.MaxBuckets > 0 && len(s.buckets) >= s.opts.MaxBuckets {
+		return nil, true
+	}
 	if b == nil {
 		key := string(u.key) // the decoder's buffer is reused: the bucket keeps a copy
 		b = newBucket(s, domain, key, u.id)
 		s.buckets[key] = b
 	}
-	return b
+	return b, false
 }
 
 // drop removes b once it serves no stream.

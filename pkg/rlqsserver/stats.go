@@ -36,7 +36,7 @@ type Stats struct {
 	// "deny_all" and reason (no_limit, blocked, refused).
 	Blanket map[BlanketReason]int64
 	// Skipped counts bucket usages not served, by reason (bucket_id,
-	// entries, elapsed, counts, streams) and BadReports whole messages
+	// entries, elapsed, counts, streams, report, buckets) and BadReports whole messages
 	// refused.
 	Skipped    map[string]int64
 	BadReports int64
@@ -44,6 +44,8 @@ type Stats struct {
 	StoreCalls int64
 	// Abandons is the AbandonActions sent, for every kind of bucket.
 	Abandons int64
+	// RefusedStreams is the streams refused past MaxStreamsPerConn.
+	RefusedStreams int64
 	// Superseded is the actions replaced, before they were sent, by a
 	// newer one for the same bucket and stream (an Envoy reading slower
 	// than its buckets' actions come; an assignment among them stays
@@ -62,17 +64,18 @@ type BlanketReason struct {
 
 // stats is the server's counters; safe for concurrent use.
 type stats struct {
-	mu         sync.Mutex
-	rules      map[ratelimit.RuleRef]*RuleStats
-	streams    int64
-	blanket    map[BlanketReason]int64
-	skipped    map[string]int64
-	badReports int64
-	superseded int64
-	messages   int64
-	actions    int64
-	abandons   int64
-	calls      int64
+	mu             sync.Mutex
+	rules          map[ratelimit.RuleRef]*RuleStats
+	streams        int64
+	blanket        map[BlanketReason]int64
+	skipped        map[string]int64
+	badReports     int64
+	superseded     int64
+	refusedStreams int64
+	messages       int64
+	actions        int64
+	abandons       int64
+	calls          int64
 }
 
 func newStats() *stats {
@@ -100,7 +103,7 @@ func (s *stats) add(f func(*stats)) {
 func (s *stats) snapshot() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := Stats{StreamsOpen: s.streams, BadReports: s.badReports, Superseded: s.superseded, Messages: s.messages, Actions: s.actions, Abandons: s.abandons, StoreCalls: s.calls,
+	out := Stats{StreamsOpen: s.streams, BadReports: s.badReports, Superseded: s.superseded, RefusedStreams: s.refusedStreams, Messages: s.messages, Actions: s.actions, Abandons: s.abandons, StoreCalls: s.calls,
 		Blanket: make(map[BlanketReason]int64, len(s.blanket)), Skipped: make(map[string]int64, len(s.skipped))}
 	for _, r := range s.rules {
 		out.Rules = append(out.Rules, *r)
