@@ -154,7 +154,11 @@ func (m *Machine) assign(b *Bucket, id uint64, now time.Time, granted int64, a *
 			w[i] = m.want(b, &b.Streams[i], now, ttl, mean, known)
 		}
 	}
-	shares := b.sc.divide(granted, w)
+	groups := b.sc.groups(len(b.Streams))
+	for i := range b.Streams {
+		groups[i] = b.Streams[i].Group
+	}
+	shares := b.sc.divideGroups(granted, w, groups)
 	b.buf = b.buf[:0]
 	live := now.Add(ttl + m.guard())
 	for i, n := range shares {

@@ -145,6 +145,9 @@ type Stream struct {
 	// Denied is when the blanket DENY_ALL the stream was last sent ends
 	// (see Assignment.Deny); zero: none sent.
 	Denied time.Time
+	// Group is the stream's Envoy connection (ReportFrom): a window's
+	// grant is split among groups, then within each.
+	Group uint64
 	// Asked names the lease whose ask counted the stream's demand: a
 	// lease's grant is split among the streams it was asked for, and a
 	// stream that subscribed while it was in flight asks its own next. (A
@@ -213,6 +216,13 @@ func (m *Machine) Validate() error {
 // past MaxStreams; the bucket is then unchanged. It allocates only when
 // the stream is new and the bucket's slice must grow.
 func (m *Machine) Report(b *Bucket, now time.Time, s StreamID, allowed, denied uint64, elapsed time.Duration) (Actions, error) {
+	return m.ReportFrom(b, now, s, uint64(s), allowed, denied, elapsed)
+}
+
+// ReportFrom is Report for a stream of group g (its client connection):
+// streams of one group share one share of a window's split. A stream's
+// group is the one its first report names.
+func (m *Machine) ReportFrom(b *Bucket, now time.Time, s StreamID, g uint64, allowed, denied uint64, elapsed time.Duration) (Actions, error) {
 	if allowed > MaxReportCount || denied > MaxReportCount || allowed+denied > MaxReportCount {
 		return Actions{}, fmt.Errorf("%w: %d allowed and %d denied: more than %d", ErrInvalidReport, allowed, denied, int64(MaxReportCount))
 	}
@@ -224,7 +234,7 @@ func (m *Machine) Report(b *Bucket, now time.Time, s StreamID, allowed, denied u
 		if len(b.Streams) >= m.maxStreams() {
 			return Actions{}, fmt.Errorf("%w: %d", ErrTooManyStreams, len(b.Streams))
 		}
-		b.Streams = append(b.Streams, Stream{ID: s})
+		b.Streams = append(b.Streams, Stream{ID: s, Group: g})
 		i = len(b.Streams) - 1
 	}
 	now = b.clamp(now)

@@ -14,6 +14,19 @@ import (
 type split struct {
 	w, shares []int64
 	order     []int
+	// For divideGroups: the streams by group, each group's demand and
+	// share, and the scratch for one group's split.
+	byGroup    []int
+	segs       []segment
+	gw, gshare []int64
+	g          []uint64
+	inner      *split
+}
+
+// groups returns a zeroed scratch slice of n groups.
+func (s *split) groups(n int) []uint64 {
+	s.g = grow(s.g, n)
+	return s.g
 }
 
 // weights returns a zeroed scratch slice of n weights.
@@ -76,3 +89,59 @@ func (s *split) divide(total int64, w []int64) []int64 {
 	}
 	return s.shares
 }
+
+// divideGroups is divide in two levels: total is split max-min fairly
+// among the groups (a group's demand the sum of its members', groups in
+// the order of their first stream), then each group's share among its
+// members. Streams of one Envoy connection are one group, so a client
+// opening many streams is one share of the split, not many (issue 41).
+// With every stream its own group it is divide.
+func (s *split) divideGroups(total int64, w []int64, group []uint64) []int64 {
+	s.byGroup = s.byGroup[:0]
+	for i := range w {
+		s.byGroup = append(s.byGroup, i)
+	}
+	// By group, each group's members in index order (a stable sort).
+	slices.SortStableFunc(s.byGroup, func(a, b int) int { return cmp.Compare(group[a], group[b]) })
+	s.segs = s.segs[:0]
+	for k := 0; k < len(s.byGroup); {
+		end := k + 1
+		for end < len(s.byGroup) && group[s.byGroup[end]] == group[s.byGroup[k]] {
+			end++
+		}
+		s.segs = append(s.segs, segment{k, end})
+		k = end
+	}
+	if len(s.segs) == len(w) {
+		return s.divide(total, w)
+	}
+	// Groups in the order of their first (least-index) stream.
+	slices.SortFunc(s.segs, func(a, b segment) int { return cmp.Compare(s.byGroup[a.from], s.byGroup[b.from]) })
+	s.gw = s.gw[:0]
+	for _, sg := range s.segs {
+		var sum int64
+		for _, i := range s.byGroup[sg.from:sg.to] {
+			sum += max(w[i], 0)
+		}
+		s.gw = append(s.gw, sum)
+	}
+	if s.inner == nil {
+		s.inner = &split{}
+	}
+	s.gshare = append(s.gshare[:0], s.inner.divide(total, s.gw)...)
+	s.shares = grow(s.shares, len(w))
+	for g, sg := range s.segs {
+		members := s.byGroup[sg.from:sg.to]
+		mw := s.inner.weights(len(members))
+		for j, i := range members {
+			mw[j] = w[i]
+		}
+		for j, n := range s.inner.divide(s.gshare[g], mw) {
+			s.shares[members[j]] = n
+		}
+	}
+	return s.shares
+}
+
+// segment is one group's run in split.byGroup: [from, to).
+type segment struct{ from, to int }

@@ -74,3 +74,59 @@ func TestAGreedyDemandTakesOnlyWhatIsLeft(t *testing.T) {
 		t.Fatalf("divide(100, [2^50, 45, 45, 45]) = %v, want 25 each: the fair share", got)
 	}
 }
+
+// TestDivideGroupsMatchesNaive: the two-level split against naiveDivide
+// over the groups' summed demands, then within each group; one group per
+// stream is divide itself.
+func TestDivideGroupsMatchesNaive(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var s split
+	for range 20000 {
+		n := 1 + r.IntN(7)
+		w, g := make([]int64, n), make([]uint64, n)
+		for i := range w {
+			w[i] = r.Int64N(12) - 1
+			g[i] = uint64(r.IntN(3))
+		}
+		total := r.Int64N(40)
+		got := slices.Clone(s.divideGroups(total, w, g))
+		sums := map[uint64]int64{}
+		var order []uint64 // groups in the order of their first stream
+		for i, x := range w {
+			if _, ok := sums[g[i]]; !ok {
+				order = append(order, g[i])
+			}
+			sums[g[i]] += max(x, 0)
+		}
+		gw := make([]int64, len(order))
+		for k, id := range order {
+			gw[k] = sums[id]
+		}
+		gshare := naiveDivide(total, gw)
+		want := make([]int64, n)
+		for k, id := range order {
+			var members []int
+			var mw []int64
+			for i := range w {
+				if g[i] == id {
+					members = append(members, i)
+					mw = append(mw, w[i])
+				}
+			}
+			for j, x := range naiveDivide(gshare[k], mw) {
+				want[members[j]] = x
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("divideGroups(%d, %v, %v) = %v, want %v", total, w, g, got, want)
+		}
+	}
+	// 16 greedy streams of one connection and three honest Envoys: the
+	// honest get their demand, the greedy connection what they leave.
+	w := append(slices.Repeat([]int64{MaxReportCount}, 16), 12, 12, 12)
+	g := append(slices.Repeat([]uint64{99}, 16), 1, 2, 3)
+	got := s.divideGroups(100, w, g)
+	if got[16] != 12 || got[17] != 12 || got[18] != 12 {
+		t.Fatalf("honest shares %v, want 12 each", got[16:])
+	}
+}

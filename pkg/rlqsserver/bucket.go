@@ -97,7 +97,7 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 			r.Allowed += int64(u.allowed)
 			r.Denied += int64(u.denied)
 		})
-		acts, err := b.machine.Report(&b.state, now, str.id, u.allowed, u.denied, u.elapsed)
+		acts, err := b.machine.ReportFrom(&b.state, now, str.id, str.conn, u.allowed, u.denied, u.elapsed)
 		if err != nil {
 			reason := "counts"
 			if errors.Is(err, rlqs.ErrTooManyStreams) {
@@ -146,7 +146,7 @@ func (b *bucket) rejoinLocked(now time.Time) {
 	if b.kind != ratelimit.QuotaLimited {
 		return
 	}
-	for id := range b.subs {
+	for id, sub := range b.subs {
 		known := false
 		for i := range b.state.Streams {
 			if b.state.Streams[i].ID == id {
@@ -157,7 +157,7 @@ func (b *bucket) rejoinLocked(now time.Time) {
 		if known {
 			continue
 		}
-		acts, err := b.machine.Report(&b.state, now, id, 0, 0, 0)
+		acts, err := b.machine.ReportFrom(&b.state, now, id, sub.st.conn, 0, 0, 0)
 		if err != nil {
 			continue // past MaxStreams: its own report says so
 		}

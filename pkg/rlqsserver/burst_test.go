@@ -3,6 +3,7 @@ package rlqsserver_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -311,4 +312,56 @@ func TestStreamsAndBucketsAreBounded(t *testing.T) {
 	e.report(false, usage{bucket: map[string]string{"tenant": "f"}, allowed: 1}, usage{bucket: map[string]string{"tenant": "a"}, allowed: 1}, usage{bucket: map[string]string{"tenant": "g"}, allowed: 1})
 	e.next(map[string]string{"tenant": "a"}) // a tracked bucket is served
 	waitFor(t, "f and g skipped, past the 5 tracked", func() bool { return sc.srv.Stats().Skipped["buckets"] == 2 })
+}
+
+// TestManyStreamsOfOneClientAreOneShare (issue 41, item 4), on a real
+// Redis: one client holds 16 streams on one connection (the most it may),
+// each reporting 2⁴⁰ − 1 denied; three honest Envoys report 0.2 requests
+// a second. The window's 100 are split among connections first: the
+// honest ones get their demand (12), the greedy client the rest across its
+// streams. Split among streams, the 16 were 16 Envoys (the honest ones got
+// 5 each, a third of what they asked).
+func TestManyStreamsOfOneClientAreOneShare(t *testing.T) {
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	sc := startSidecar(t, stores(t)["redis"](t), clk, rlqsserver.Options{})
+	conn, err := grpc.NewClient(sc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var greedy []*envoy
+	for range 16 {
+		greedy = append(greedy, connectOn(t, conn))
+	}
+	var honest []*envoy
+	for range 3 {
+		honest = append(honest, connect(t, sc))
+	}
+	for _, e := range append(slices.Clone(greedy), honest...) {
+		e.subscribe(tenantA)
+		e.next(tenantA)
+	}
+	clk.Set(t0.Add(15 * time.Second))
+	for _, e := range greedy {
+		e.report(true, usage{bucket: tenantA, denied: 1<<40 - 1, elapsed: 5 * time.Second})
+	}
+	for _, e := range honest {
+		e.report(true, usage{bucket: tenantA, allowed: 1, elapsed: 5 * time.Second})
+	}
+	clk.Set(t0.Add(window))
+	var sum int64
+	for i, e := range honest {
+		n, _ := assigned(t, e.next(tenantA))
+		sum += n
+		if n < 12 {
+			t.Errorf("honest Envoy %d got %d, want its demand of 12 beside one greedy client of 16 streams", i, n)
+		}
+	}
+	for _, e := range greedy {
+		n, _ := assigned(t, e.next(tenantA))
+		sum += n
+	}
+	if sum > limit {
+		t.Fatalf("Σ %d > L %d", sum, limit)
+	}
 }

@@ -114,6 +114,15 @@ func connect(t *testing.T, s *sidecar) *envoy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e := connectOn(t, conn)
+	t.Cleanup(func() { conn.Close() })
+	return e
+}
+
+// connectOn opens an Envoy's stream on conn: several on one conn are one
+// client's streams on one connection.
+func connectOn(t *testing.T, conn *grpc.ClientConn) *envoy {
+	t.Helper()
 	ctx, cancel := context.WithCancel(bg)
 	st, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
 	if err != nil {
@@ -133,7 +142,7 @@ func connect(t *testing.T, s *sidecar) *envoy {
 			}
 		}
 	}()
-	t.Cleanup(func() { once.Do(func() { cancel(); conn.Close() }) })
+	t.Cleanup(func() { once.Do(cancel) })
 	return e
 }
 

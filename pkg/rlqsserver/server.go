@@ -108,7 +108,8 @@ type Server struct {
 	nextStream atomic.Uint64
 	mu         sync.Mutex
 	buckets    map[string]*bucket // by bucketKey; guarded by mu
-	perConn    map[string]int     // streams open by client connection (peer address); guarded by mu
+	perConn    map[string]*conn   // client connections with streams open, by peer address; guarded by mu
+	nextConn   uint64             // guarded by mu
 	closed     bool               // guarded by mu
 	calls      sync.WaitGroup     // store calls in flight
 	stopping   chan struct{}      // closed by Shutdown
@@ -145,7 +146,7 @@ func New(opts Options) (*Server, error) {
 		opts.MaxBuckets = DefaultMaxBuckets
 	}
 	s := &Server{opts: opts, clk: opts.Clock, log: opts.Logger, stats: newStats(), buckets: map[string]*bucket{},
-		perConn: map[string]int{}, stopping: make(chan struct{})}
+		perConn: map[string]*conn{}, stopping: make(chan struct{})}
 	if s.clk == nil {
 		s.clk = clock.Real{}
 	}
@@ -217,11 +218,12 @@ func (s *Server) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLi
 		return ErrShuttingDown
 	default:
 	}
-	if err := s.openOnConn(st.Context()); err != nil {
+	connID, err := s.openOnConn(st.Context())
+	if err != nil {
 		return err
 	}
 	defer s.closeOnConn(st.Context())
-	str := &stream{id: rlqs.StreamID(s.nextStream.Add(1)), due: make(chan struct{}, 1),
+	str := &stream{id: rlqs.StreamID(s.nextStream.Add(1)), conn: connID, due: make(chan struct{}, 1),
 		pending: map[string]*rlqspb.RateLimitQuotaResponse_BucketAction{}, subs: map[string]*bucket{}, stats: s.stats}
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
@@ -280,26 +282,42 @@ func connOf(ctx context.Context) string {
 	return ""
 }
 
-// openOnConn counts a stream opening on ctx's connection, or refuses it
-// past MaxStreamsPerConn (counted).
-func (s *Server) openOnConn(ctx context.Context) error {
+// conn is one client connection with streams open: how many, and the
+// group its streams' demand is split as (rlqs.Machine.ReportFrom).
+type conn struct {
+	streams int
+	id      uint64
+}
+
+// openOnConn counts a stream opening on ctx's connection and returns the
+// connection's group, or refuses the stream past MaxStreamsPerConn
+// (counted).
+func (s *Server) openOnConn(ctx context.Context) (uint64, error) {
 	c := connOf(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if max := s.opts.MaxStreamsPerConn; max > 0 && s.perConn[c] >= max {
-		s.stats.add(func(t *stats) { t.refusedStreams++ })
-		return ErrTooManyStreams
+	cn := s.perConn[c]
+	if cn == nil {
+		s.nextConn++
+		cn = &conn{id: s.nextConn}
+		s.perConn[c] = cn
 	}
-	s.perConn[c]++
-	return nil
+	if max := s.opts.MaxStreamsPerConn; max > 0 && cn.streams >= max {
+		s.stats.add(func(t *stats) { t.refusedStreams++ })
+		return 0, ErrTooManyStreams
+	}
+	cn.streams++
+	return cn.id, nil
 }
 
 func (s *Server) closeOnConn(ctx context.Context) {
 	c := connOf(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.perConn[c]--; s.perConn[c] <= 0 {
-		delete(s.perConn, c)
+	if cn := s.perConn[c]; cn != nil {
+		if cn.streams--; cn.streams <= 0 {
+			delete(s.perConn, c)
+		}
 	}
 }
 
@@ -397,6 +415,7 @@ func (s *Server) drop(b *bucket) {
 // sent in a burst, and assignments charged and never delivered.)
 type stream struct {
 	id     rlqs.StreamID
+	conn   uint64             // its client connection's group
 	domain string             // set by the first report; touched by the receiving goroutine only
 	subs   map[string]*bucket // by bucket key; touched by the receiving goroutine only
 	dec    decoder            // touched by the receiving goroutine only
