@@ -397,14 +397,30 @@ func (w *rlqsServerStream) RecvMsg(m any) error {
 }
 
 func (w *rlqsServerStream) SendMsg(m any) error {
-	if resp, ok := m.(*rlqspb.RateLimitQuotaResponse); ok && len(resp.GetBucketAction()) == 1 &&
-		resp.GetBucketAction()[0].GetBucketId().GetBucket()[rlqsBarrierKey] != "" {
-		w.r.mu.Lock()
-		w.s.acks++
-		w.s.sidecar.acks++
-		w.r.changedLocked()
-		w.r.mu.Unlock()
-		return nil
+	// A message carries every action due on the stream (up to 1,000): the
+	// barriers' answers among them are taken out and counted, the rest
+	// sent on.
+	if resp, ok := m.(*rlqspb.RateLimitQuotaResponse); ok {
+		var rest []*rlqspb.RateLimitQuotaResponse_BucketAction
+		acks := 0
+		for _, a := range resp.GetBucketAction() {
+			if a.GetBucketId().GetBucket()[rlqsBarrierKey] != "" {
+				acks++
+				continue
+			}
+			rest = append(rest, a)
+		}
+		if acks > 0 {
+			w.r.mu.Lock()
+			w.s.acks += acks
+			w.s.sidecar.acks += int64(acks)
+			w.r.changedLocked()
+			w.r.mu.Unlock()
+			if len(rest) == 0 {
+				return nil
+			}
+			m = &rlqspb.RateLimitQuotaResponse{BucketAction: rest}
+		}
 	}
 	w.r.mu.Lock()
 	w.s.down = append(w.s.down, w.r.clk.time())
