@@ -29,20 +29,22 @@ func (rr *regionRedis) server(region int) *testenv.Redis {
 }
 
 // realRegions gives each region its own real Redis as L2, on the callers'
-// (fake) clock, with coord as L3.
+// (fake) clock, with coord as L3. Their round trips are bounded by their
+// callers' deadlines and StoreDeadline: a loaded machine does not time them
+// out.
 func realRegions(t *testing.T, coord func(t *testing.T) federation.Coordinator) backends {
 	rr := &regionRedis{t: t, servers: map[int]*testenv.Redis{}}
 	return backends{
 		coord: coord,
 		escrow: func(t *testing.T, region int) federation.Escrow {
-			e, err := redisfed.NewEscrow(rr.server(region).Client(), redisfed.EscrowOptions{})
+			e, err := redisfed.NewEscrow(rr.server(region).Client(), redisfed.EscrowOptions{Timeout: testenv.StoreDeadline})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return e
 		},
 		fallback: func(t *testing.T, region int) gale.Store {
-			s, err := redisstore.New(rr.server(region).Client(), redisstore.Options{})
+			s, err := redisstore.New(rr.server(region).Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,11 +54,12 @@ func realRegions(t *testing.T, coord func(t *testing.T) federation.Coordinator) 
 	}
 }
 
-// redisCoordinator is one more real Redis as L3.
+// redisCoordinator is one more real Redis as L3, its round trips bounded
+// by StoreDeadline.
 func redisCoordinator(t *testing.T) func(t *testing.T) federation.Coordinator {
 	srv := testenv.StartRedis(t)
 	return func(t *testing.T) federation.Coordinator {
-		c, err := redisfed.NewCoordinator(srv.Client(), redisstore.Options{})
+		c, err := redisfed.NewCoordinator(srv.Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
 		if err != nil {
 			t.Fatal(err)
 		}

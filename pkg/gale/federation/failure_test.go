@@ -20,9 +20,11 @@ import (
 )
 
 // redisCoordinatorOn is a Redis coordinator on addr, with a client that
-// fails fast (no retries: a retried lease could be granted twice).
+// fails fast (newFastClient). Its own bound on a round trip is
+// StoreDeadline: a call ends at its caller's deadline, and a lease the test
+// does not time is not failed by a loaded machine.
 func redisCoordinatorOn(t *testing.T, addr string) federation.Coordinator {
-	c, err := redisfed.NewCoordinator(newFastClient(t, addr), redisstore.Options{Timeout: 300 * time.Millisecond})
+	c, err := redisfed.NewCoordinator(newFastClient(t, addr), redisstore.Options{Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,10 @@ func TestL3KilledMidWindow(t *testing.T) {
 // budgets (a minute's 20, one every 3 s) each is reached exactly: the
 // regional budget is used, not only bounded. With the L3 back, the regions
 // lease from it again (at the first probe due: one every 20 s here) and the
-// budget is left alone.
+// budget is left alone. Only while it is cut off is a call to the L3 bounded
+// by a deadline the test sets (cutTimeout), at which every call the
+// partition holds ends; otherwise a loaded machine's round trip does not
+// time out.
 func TestRegionalOnlyOnRealServers(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -97,7 +102,15 @@ func TestRegionalOnlyOnRealServers(t *testing.T) {
 				t.Fatal(err)
 			}
 			addr, cut, back := tc.start(t)
-			coord := &switchable{Coordinator: redisCoordinatorOn(t, addr), granted: map[int64]int64{}}
+			l3 := &deadlineCoordinator{Coordinator: redisCoordinatorOn(t, addr)}
+			coord := &switchable{Coordinator: l3, granted: map[int64]int64{}}
+			// A test failing while the L3 is cut off brings it back before the
+			// coordinator's Close waits out a held round trip.
+			t.Cleanup(func() {
+				if t.Failed() {
+					back()
+				}
+			})
 			f := newFederatedFleet(t, realRegions(t, nil), fleetConfig{regions: k, processes: procs, rule: perMinute, batch: 4, regionBatch: 10,
 				outage: federation.RegionalOnly, regionalLimit: slices[0], coord: coord, probeAfter: 20 * time.Second})
 			// regional is the units region r's regional budget granted so far.
@@ -137,6 +150,8 @@ func TestRegionalOnlyOnRealServers(t *testing.T) {
 				t.Fatalf("before the outage the fleet admitted %d of %d checks", got, k*procs*2)
 			}
 			before := budgets()
+			l3.take()
+			l3.cutFor(cutTimeout)
 			cut()
 			slot := perMinute.Period / time.Duration(slices[0])
 			const slots = 16 // 12 s, 15 s, … 57 s: the slots of the outage's first window, in phase with the next
@@ -165,6 +180,8 @@ func TestRegionalOnlyOnRealServers(t *testing.T) {
 				t.Fatalf("a window the outage covers whole admitted %d (the coordinator granting %d), want Σ slices = %d = the limit %d", got, coord.grantedIn(w1), sum, perMinute.Limit)
 			}
 
+			judgeCut(t, l3.take(), tc.name == "partitioned")
+			l3.cutFor(0)
 			back()
 			// After failed dials the client stops dialing and answers with
 			// the last dial error until its own retry (once a second)
@@ -236,14 +253,23 @@ func TestReconcileRetriedThroughAPartition(t *testing.T) {
 	l3 := testenv.StartRedis(t)
 	proxy := testenv.StartProxy(t, l3.Addr)
 	direct := redisCoordinatorOn(t, l3.Addr)
-	region, err := federation.NewRegion(federation.RegionConfig{Name: "eu", Coordinator: redisCoordinatorOn(t, proxy.Addr), Timeout: 2 * time.Second})
+	via := &deadlineCoordinator{Coordinator: redisCoordinatorOn(t, proxy.Addr)}
+	// The retry's Timeout, and the processes' StoreTimeout, are not what the
+	// test is about: the give-back held by the partition ends at the
+	// deadline the test sets while it holds the replies.
+	region, err := federation.NewRegion(federation.RegionConfig{Name: "eu", Coordinator: via, Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			proxy.Heal() // before the coordinator's Close waits out a held round trip
+		}
+	})
 	t0 := storetest.Timeline()
 	newProcess := func() *gale.Limiter {
 		l, err := gale.New(region, gale.Config{Rule: perMinute, Mode: gale.Leased, Lease: gale.LeaseConfig{Batch: 10},
-			OnStoreError: gale.FailClosed, StoreTimeout: 300 * time.Millisecond, Clock: clock.NewFake(t0)})
+			OnStoreError: gale.FailClosed, StoreTimeout: testenv.StoreDeadline, Clock: clock.NewFake(t0)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,16 +289,24 @@ func TestReconcileRetriedThroughAPartition(t *testing.T) {
 	if _, err := direct.Reconcile(ctx, "warm-up", perMinute, federation.Reconcile{WindowEnd: t0.Add(time.Minute), Token: "warm-up", Now: t0}); err != nil {
 		t.Fatal(err)
 	}
+	via.take()
+	via.cutFor(cutTimeout)
 	proxy.Blackhole("downstream")
 	_ = a.Close(ctx) // gives its 7 unused credits back: the reply is held
 	if s := region.Stats(); s.ReconcileFailed != 1 || region.Pending() != 1 {
 		t.Fatalf("after the give-back through the partition: %+v, %d pending; want one failed attempt waiting", s, region.Pending())
 	}
+	calls := via.take()
+	if len(calls) != 1 || calls[0].op != "reconcile" {
+		t.Fatalf("calls through the partition: %v; want the one give-back", calls)
+	}
+	judgeCut(t, calls, true)
+	via.cutFor(0)
 	proxy.Heal()
 	if d, err := b.Check(ctx, "k", 1, t0.Add(time.Second)); err != nil || !d.Allowed {
 		t.Fatalf("check after healing: %+v %v", d, err)
 	}
-	if !testenv.Eventually(func() bool { return region.Pending() == 0 }) {
+	if !testenv.EventuallyWithin(testenv.StoreDeadline, func() bool { return region.Pending() == 0 }) {
 		t.Fatalf("the reconcile waiting was never retried: %+v", region.Stats())
 	}
 	if s := region.Stats(); s.ReconcileDuplicate != 1 || s.ReconcileApplied != 0 {
@@ -322,11 +356,15 @@ func TestRegionCrashMidWindow(t *testing.T) {
 	}
 }
 
-// newFastClient is a client that fails fast: no retries (a retried
-// command could apply twice), short timeouts.
+// newFastClient is a client of addr as the sidecar makes one: no retries (a
+// retried command could apply twice), one dial (a dead server refuses at
+// once), and every call bounded by its context's deadline
+// (ContextTimeoutEnabled): its caller's, or its store's Timeout. Its own
+// dial, read and write timeouts are StoreDeadline, so that only a deadline
+// a test sets ends a call the test holds.
 func newFastClient(t *testing.T, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
-		ReadTimeout: 250 * time.Millisecond, WriteTimeout: 250 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
+		DialTimeout: testenv.StoreDeadline, ReadTimeout: testenv.StoreDeadline, WriteTimeout: testenv.StoreDeadline})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

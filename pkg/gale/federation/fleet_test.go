@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/clock"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/federation"
@@ -66,7 +67,8 @@ type fleetConfig struct {
 	coord              federation.Coordinator // nil: a fresh one from backends
 	// storeTimeout is each process's StoreTimeout, which bounds a lease
 	// through its Region to the coordinator, and its Region's Timeout;
-	// 0 means 10 s for the one and the Region's default for the other.
+	// 0 means testenv.StoreDeadline for the one (a lease a test does not
+	// time) and the Region's default for the other.
 	storeTimeout time.Duration
 	// fault breaks every region's machine (a hole the region once had).
 	fault federation.RegionFault
@@ -84,7 +86,7 @@ func newFederatedFleet(t *testing.T, b backends, c fleetConfig) *federatedFleet 
 	f.coord = coord
 	storeTimeout := c.storeTimeout
 	if storeTimeout == 0 {
-		storeTimeout = 10 * time.Second
+		storeTimeout = testenv.StoreDeadline
 	}
 	for r := range c.regions {
 		f.byRegion = append(f.byRegion, map[int64]int64{})

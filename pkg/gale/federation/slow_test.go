@@ -64,11 +64,12 @@ type slowL3 struct {
 // with no latency at all: the L3 grants it, the answer comes too late, and
 // its units are lost to the window — correctly, but an exact count then
 // fails. So the exact counts (the tightness case) run on a fleet whose
-// processes wait up to patientTimeout, and the windows on slowTimeout
-// assert bounds, which no lost answer can break.
+// processes wait up to patientTimeout (a lease that is not timed:
+// testenv.StoreDeadline), and the windows on slowTimeout assert bounds,
+// which no lost answer can break.
 const (
 	slowTimeout    = 150 * time.Millisecond
-	patientTimeout = 5 * time.Second
+	patientTimeout = testenv.StoreDeadline
 )
 
 // set puts latency lat on the L3's replies from now on. The latency is on
@@ -150,7 +151,7 @@ func redisSlowL3(t *testing.T) *slowL3 {
 	}
 	// The test's own reads around the proxy are not what it measures:
 	// they wait testenv.StoreDeadline.
-	direct, err := redisfed.NewCoordinator(newFastClientTimeout(t, srv.Addr, testenv.StoreDeadline), redisstore.Options{Timeout: testenv.StoreDeadline})
+	direct, err := redisfed.NewCoordinator(newFastClient(t, srv.Addr), redisstore.Options{Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,8 +290,9 @@ func runSlowL3(t *testing.T, b backends, l3 *slowL3, k int) {
 	rule := perMinute
 	p := rule.Period
 	const regionBatch = 10
+	via := &deadlineCoordinator{Coordinator: l3.via} // what lateLease judges its lease by
 	f := newFederatedFleet(t, b, fleetConfig{regions: k, processes: 3, rule: rule, batch: 4, regionBatch: regionBatch,
-		coord: l3.via, storeTimeout: l3.timeout})
+		coord: via, storeTimeout: l3.timeout})
 	t0 := storetest.Timeline()
 	rng := rand.New(rand.NewPCG(uint64(k), 11))
 	for w, win := range slowTimeline {
@@ -342,7 +344,7 @@ func runSlowL3(t *testing.T, b backends, l3 *slowL3, k int) {
 	// fail-closed denial, and what the L3 granted it is counted there,
 	// once, and never admitted.
 	for attempt := 0; ; attempt++ {
-		if lateLease(t, f, l3, t0.Add(time.Duration(len(slowTimeline)+2*attempt)*p), regionBatch, attempt) {
+		if lateLease(t, f, l3, via, t0.Add(time.Duration(len(slowTimeline)+2*attempt)*p), regionBatch, attempt) {
 			break
 		}
 	}
@@ -370,14 +372,15 @@ const lateLeaseAttempts = 3
 
 // lateLease checks a lease the L3 answers after its caller gave up, in the
 // window after the one starting at heal: the check is a fail-closed
-// denial; what the L3 granted it is counted there, regionBatch units,
-// once, and never admitted — the window admits exactly the limit less
-// them. It reports false, saying so, when the premise did not hold: on a
-// starved machine the lease can fail before it goes out (its deadline
-// spent on the escrow, or region 0 still marked down and its probe as
-// slow), and then it is not the case under test, and the caller makes the
-// run again in later windows.
-func lateLease(t *testing.T, f *federatedFleet, l3 *slowL3, heal time.Time, regionBatch int64, attempt int) bool {
+// denial, after one lease that reached the L3's client (via, f's
+// coordinator, records it) with the check's own deadline, slowTimeout from
+// when the check began, and ended at it; what the L3 granted it is counted
+// there, regionBatch units, once, and never admitted — the window admits
+// exactly the limit less them. It reports false, saying so, when the
+// premise did not hold: on a starved machine the lease can fail before it
+// goes out (its deadline spent on the escrow), and then it is not the case
+// under test, and the caller makes the run again in later windows.
+func lateLease(t *testing.T, f *federatedFleet, l3 *slowL3, via *deadlineCoordinator, heal time.Time, regionBatch int64, attempt int) bool {
 	t.Helper()
 	rule, p := f.rule, f.rule.Period
 	// Region 0's process 0 — the one that checks below — may have marked
@@ -407,11 +410,20 @@ func lateLease(t *testing.T, f *federatedFleet, l3 *slowL3, heal time.Time, regi
 	// window): the Region releases it and queues its give-back rather than
 	// spend this lease's deadline on it, so the lease below goes out.
 	l3.set(latencyAbove)
+	via.take()
 	began := time.Now()
 	if d := f.check(0, 0, at); d.Allowed || !d.Fallback {
 		t.Fatalf("a check whose lease the L3 answers too late: %+v, want a fail-closed denial", d)
 	}
-	took := time.Since(began)
+	var lease *coordCall
+	for _, c := range via.take() { // a reconcile in the background may be there too
+		if c.op == "lease" {
+			if lease != nil {
+				t.Fatalf("the check made two leases: %v, then %v", lease, c)
+			}
+			lease = &c
+		}
+	}
 	l3.set(latencyNone)
 	l3.waitHealthy(t)
 	sent := -1 // unknown: Postgres is not watched
@@ -419,16 +431,38 @@ func lateLease(t *testing.T, f *federatedFleet, l3 *slowL3, heal time.Time, regi
 		sent = watch.stop(t)
 	}
 	late := counted(t, l3.direct, f.key, rule, at)
+	// notTheCase says why the premise did not hold, and fails once it has
+	// not held in lateLeaseAttempts.
+	notTheCase := func(why string) bool {
+		t.Helper()
+		if attempt+1 >= lateLeaseAttempts {
+			t.Fatalf("in %d attempts the lease to be answered too late never reached the L3 (the last %s): this machine is too loaded to set the case up", attempt+1, why)
+		}
+		t.Logf("attempt %d: the lease to be answered too late never reached the L3 (%s: the machine is loaded); again in a later window", attempt, why)
+		return false
+	}
+	if lease == nil {
+		if late != 0 {
+			t.Fatalf("the L3 counts %d units taken in a window no lease reached it in", late)
+		}
+		return notTheCase(fmt.Sprintf("check's %v deadline was spent before its lease reached the L3's client", l3.timeout))
+	}
+	// The lease's deadline is the check's own, its StoreTimeout counted
+	// from a moment between the check's start and the lease's arrival; the
+	// L3 answering far later, only that deadline could end it.
+	switch {
+	case lease.deadline.IsZero():
+		t.Fatalf("the lease the L3 answers too late had no deadline: %v", lease)
+	case lease.deadline.Sub(began) < l3.timeout || lease.deadline.Sub(lease.arrived) > l3.timeout:
+		t.Fatalf("the lease's deadline was %v after the check began and %v after it reached the L3's client; want the check's %v StoreTimeout, from when it began",
+			lease.deadline.Sub(began), lease.deadline.Sub(lease.arrived), l3.timeout)
+	case !lease.endedAtDeadline():
+		t.Fatalf("the lease the L3 answers too late: %v; want it ended at its deadline", lease)
+	}
 	switch {
 	case l3.lateCounted && sent == 0 && late == 0:
 		// Not the case under test: the L3 never saw the lease.
-		if attempt+1 >= lateLeaseAttempts {
-			t.Fatalf("in %d attempts the lease to be answered too late never reached the L3 (the last check took %v, its deadline %v): this machine is too loaded to set the case up",
-				attempt+1, took.Round(time.Millisecond), l3.timeout)
-		}
-		t.Logf("attempt %d: the lease to be answered too late never reached the L3 (the check took %v, its deadline %v: the machine is loaded); again in a later window",
-			attempt, took.Round(time.Millisecond), l3.timeout)
-		return false
+		return notTheCase(fmt.Sprintf("lease reached the L3's client with %v left of its deadline, and Redis never ran it", lease.deadline.Sub(lease.arrived).Round(time.Millisecond)))
 	case l3.lateCounted && late != regionBatch:
 		t.Fatalf("the L3 counts %d units taken by the lease it answered too late (it ran %d such leases), want its %d, once", late, sent, regionBatch)
 	case !l3.lateCounted && late != 0:

@@ -48,12 +48,12 @@ func (b backend) ops(key string, now time.Time) map[string]func() error {
 func TestRefusals(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rc := srv.Client()
-	s, err := redisstore.New(rc, redisstore.Options{Timeout: 2 * time.Second})
+	s, err := redisstore.New(rc, redisstore.Options{Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	e, err := redisfed.NewEscrow(rc, redisfed.EscrowOptions{Timeout: 2 * time.Second})
+	e, err := redisfed.NewEscrow(rc, redisfed.EscrowOptions{Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,10 +122,10 @@ func TestRefusals(t *testing.T) {
 		replica := testenv.StartRedis(t)
 		host, port, _ := net.SplitHostPort(srv.Addr)
 		must(replica.Client().SlaveOf(ctx, host, port).Err())
-		rs, err := redisstore.New(replica.Client(), redisstore.Options{Timeout: 2 * time.Second})
+		rs, err := redisstore.New(replica.Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
 		must(err)
 		defer rs.Close()
-		re, err := redisfed.NewEscrow(replica.Client(), redisfed.EscrowOptions{Timeout: 2 * time.Second})
+		re, err := redisfed.NewEscrow(replica.Client(), redisfed.EscrowOptions{Timeout: testenv.StoreDeadline})
 		must(err)
 		notRefused(t, backend{redisfed.CoordinatorOn(rs), re}, "on a read-only replica", writes)
 	})
@@ -141,12 +141,12 @@ func TestRefusals(t *testing.T) {
 // and Cluster's CROSSSLOT refusal wraps ErrRefused.
 func TestClusterLongKeysAndCrossSlot(t *testing.T) {
 	cluster := testenv.StartCluster(t, 1)
-	c, err := redisfed.NewCoordinator(cluster.Client(), redisstore.Options{})
+	c, err := redisfed.NewCoordinator(cluster.PatientClient(), redisstore.Options{Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	e, err := redisfed.NewEscrow(cluster.Client(), redisfed.EscrowOptions{})
+	e, err := redisfed.NewEscrow(cluster.PatientClient(), redisfed.EscrowOptions{Timeout: testenv.StoreDeadline})
 	if err != nil {
 		t.Fatal(err)
 	}
