@@ -143,19 +143,24 @@ fleet-chart:
 
 # The bounds checker (internal/boundcheck) run long: SEEDS seeded
 # schedules on the memory store from FIRST_SEED, REDIS_SEEDS on a real
-# Redis, and FED_SEEDS and FED_REDIS_SEEDS federated ones (regions,
-# outages, skewed clocks); progress every 30 s, the seeds it ran at the
-# end. `make test` runs 1,000 and 50, and 2,000 and 100 federated.
+# Redis, FED_SEEDS and FED_REDIS_SEEDS federated ones (regions, outages,
+# skewed clocks), and RLQS_SEEDS and RLQS_REDIS_SEEDS of RLQS sidecars and
+# Envoys (about 10 ms each: 20,000 by default); progress every 30 s, the
+# seeds it ran at the end. `make test` runs 1,000 and 50, 2,000 and 100
+# federated, 40 and 20 RLQS.
 SEEDS ?= 100000
 FIRST_SEED ?= 1
 REDIS_SEEDS ?= 1000
 FED_SEEDS ?= $(SEEDS)
 FED_REDIS_SEEDS ?= $(REDIS_SEEDS)
+RLQS_SEEDS ?= 20000
+RLQS_REDIS_SEEDS ?= $(REDIS_SEEDS)
 .PHONY: check-bounds
 check-bounds:
-	$(GO) test -count=1 -timeout 0 -run '^(TestBoundsHold|TestFederationBoundsHold)$$' -v ./internal/boundcheck/ -args \
+	$(GO) test -count=1 -timeout 0 -run '^(TestBoundsHold|TestFederationBoundsHold|TestRLQSBoundsHold)$$' -v ./internal/boundcheck/ -args \
 		-seeds=$(SEEDS) -first-seed=$(FIRST_SEED) -redis-seeds=$(REDIS_SEEDS) \
-		-fed-seeds=$(FED_SEEDS) -fed-redis-seeds=$(FED_REDIS_SEEDS)
+		-fed-seeds=$(FED_SEEDS) -fed-redis-seeds=$(FED_REDIS_SEEDS) \
+		-rlqs-seeds=$(RLQS_SEEDS) -rlqs-redis-seeds=$(RLQS_REDIS_SEEDS)
 
 # Redis Cluster: a real 3-primary cluster (redis-cli --cluster create):
 # every mode as on one Redis, the compat samples, a live reshard under

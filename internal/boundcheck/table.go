@@ -27,5 +27,5 @@ func Table(tables ...map[string]Row) string {
 // Tables are the row sets the checker judges by, in the order
 // docs/engine.md shows them: a new set is one more entry.
 func Tables() []map[string]Row {
-	return []map[string]Row{Rows, FederationRows}
+	return []map[string]Row{Rows, FederationRows, RLQSRows}
 }
