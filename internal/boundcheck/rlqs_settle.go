@@ -400,9 +400,12 @@ func (w *rlqsServerStream) SendMsg(m any) error {
 	// A message carries every action due on the stream (up to 1,000): the
 	// barriers' answers among them are taken out and counted, the rest
 	// sent on.
+	// The acks are counted once the rest is sent (and counted as sent):
+	// counted before, the driver could find the barrier answered and
+	// every message sent delivered while the rest was still on its way.
+	acks := 0
 	if resp, ok := m.(*rlqspb.RateLimitQuotaResponse); ok {
 		var rest []*rlqspb.RateLimitQuotaResponse_BucketAction
-		acks := 0
 		for _, a := range resp.GetBucketAction() {
 			if a.GetBucketId().GetBucket()[rlqsBarrierKey] != "" {
 				acks++
@@ -411,11 +414,13 @@ func (w *rlqsServerStream) SendMsg(m any) error {
 			rest = append(rest, a)
 		}
 		if acks > 0 {
-			w.r.mu.Lock()
-			w.s.acks += acks
-			w.s.sidecar.acks += int64(acks)
-			w.r.changedLocked()
-			w.r.mu.Unlock()
+			defer func() {
+				w.r.mu.Lock()
+				w.s.acks += acks
+				w.s.sidecar.acks += int64(acks)
+				w.r.changedLocked()
+				w.r.mu.Unlock()
+			}()
 			if len(rest) == 0 {
 				return nil
 			}
