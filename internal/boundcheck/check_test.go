@@ -4,9 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -54,33 +52,14 @@ func startRedis(t *testing.T) Backend {
 func TestBoundsHold(t *testing.T) {
 	ctx := context.Background()
 	check := func(t *testing.T, from, n uint64, b Backend) {
-		began, last := time.Now(), time.Now()
-		steps := 0
-		found, first := map[string]int{}, map[string]string{}
-		defer func() {
-			for key, n := range found {
-				t.Errorf("%s (safety %s) broken in %d schedules; the first: %s", key[:strings.LastIndex(key, "/")], key[strings.LastIndex(key, "/")+1:], n, first[key])
-			}
-		}()
-		for seed := from; seed < from+n; seed++ {
+		checkSeeds(t, from, n, func(seed uint64) (played, error) {
 			sc := Generate(seed)
-			steps += len(sc.Steps)
 			domain := fmt.Sprintf("bc%d", seed)
 			r, err := Run(ctx, sc, b, domain)
 			if err != nil {
-				t.Fatalf("seed %d: %v\n%v", seed, err, sc)
+				return played{}, fmt.Errorf("%w\n%v", err, sc)
 			}
-			if r.Failed() && *survey {
-				for _, v := range r.Violations {
-					key := fmt.Sprintf("%s/%v", v.Row, v.Safety)
-					if found[key] == 0 {
-						first[key] = fmt.Sprintf("seed %d: %v", seed, v)
-					}
-					found[key]++
-				}
-				continue
-			}
-			if r.Failed() {
+			return played{steps: len(sc.Steps), violations: r.Violations, shrink: func() string {
 				k := 0
 				small, err := Shrink(ctx, r, func(c Schedule) (Result, error) {
 					k++
@@ -89,15 +68,9 @@ func TestBoundsHold(t *testing.T) {
 				if err != nil {
 					t.Logf("shrinking stopped: %v", err)
 				}
-				t.Fatalf("seed %d broke the bounds table (%d steps, shrunk to %d in %d runs):\n%s",
-					seed, len(sc.Steps), len(small.Schedule.Steps), k, Describe(small))
-			}
-			if time.Since(last) > 30*time.Second {
-				last = time.Now()
-				t.Logf("%d of %d schedules (seeds %d..%d), %d steps, in %v", seed-from+1, n, from, seed, steps, time.Since(began).Round(time.Second))
-			}
-		}
-		t.Logf("%d schedules clean (seeds %d..%d), %d steps, in %v", n, from, from+n-1, steps, time.Since(began).Round(time.Second))
+				return fmt.Sprintf("(%d steps, shrunk to %d in %d runs):\n%s", len(sc.Steps), len(small.Schedule.Steps), k, Describe(small))
+			}}, nil
+		})
 	}
 	t.Run("memory", func(t *testing.T) {
 		check(t, *firstSeed, *seeds, memory)

@@ -55,87 +55,48 @@ type fedSetup struct {
 // checkFederation checks n schedules from seed from, as c says.
 func checkFederation(t *testing.T, from, n uint64, c fedSetup) {
 	ctx := context.Background()
-	began, last := time.Now(), time.Now()
-	steps := 0
-	found, first := map[string]int{}, map[string]string{}
-	defer func() {
-		for key, k := range found {
-			t.Errorf("%s broken in %d of %d schedules; the first: %s", key, k, n, first[key])
-		}
-	}()
-	run := func(sc FedSchedule, key string) (FedResult, error) {
-		return RunFederation(ctx, sc, c.backends(), key)
-	}
-	for seed := from; seed < from+n; seed++ {
+	checkSeeds(t, from, n, func(seed uint64) (played, error) {
 		sc := GenerateFederation(seed)
 		if c.micro {
 			sc = onWholeMicroseconds(sc)
 		}
-		steps += len(sc.Steps)
 		key := fmt.Sprintf("fed%d", seed)
 		told, err := PlayFederation(ctx, sc, c.backends(), key)
 		if err != nil {
-			t.Fatalf("seed %d: %v\n%v", seed, err, sc)
+			return played{}, fmt.Errorf("%w\n%v", err, sc)
 		}
 		r := FedResult{Schedule: sc, Violations: JudgeFederation(sc, told)}
+		p := played{steps: len(sc.Steps), violations: r.Violations, shrink: func() string {
+			k := 0
+			small, err := ShrinkFederation(ctx, r, func(cand FedSchedule) (FedResult, error) {
+				k++
+				return RunFederation(ctx, cand, c.backends(), fmt.Sprintf("%s-s%d", key, k))
+			})
+			if err != nil {
+				t.Logf("shrinking stopped: %v", err)
+			}
+			return fmt.Sprintf("(%d checks, shrunk to %d in %d runs):\n%s", len(sc.Steps), len(small.Schedule.Steps), k, DescribeFederation(small))
+		}}
 		if c.versus != nil {
 			other, err := PlayFederation(ctx, sc, c.versus(), key)
 			if err != nil {
-				t.Fatalf("seed %d, played again: %v\n%v", seed, err, sc)
+				return played{}, fmt.Errorf("played again: %w\n%v", err, sc)
 			}
 			if !slices.Equal(told, other) {
 				i := 0
 				for told[i] == other[i] {
 					i++
 				}
-				msg := fmt.Sprintf("seed %d: step #%d (%v) was told %+v here and %+v played again", seed, i, sc.Steps[i], told[i], other[i])
-				if !*survey {
-					t.Fatalf("%s:\n%v", msg, sc)
-				}
-				if found["told the same"] == 0 {
-					first["told the same"] = msg
-				}
-				found["told the same"]++
+				p.differs = fmt.Sprintf("step #%d (%v) was told %+v here and %+v played again:\n%v", i, sc.Steps[i], told[i], other[i], sc)
 			}
 		}
 		if r.Failed() && *survey {
-			causes, err := diagnose(ctx, sc, c.backends, key)
-			if err != nil {
-				t.Fatalf("seed %d: %v", seed, err)
+			if p.cause, err = diagnose(ctx, sc, c.backends, key); err != nil {
+				return played{}, err
 			}
-			seen := map[string]bool{}
-			for _, v := range r.Violations {
-				cause := causes(v)
-				key := fmt.Sprintf("%s (safety %v; %s)", v.Row, v.Safety, cause)
-				if seen[key] {
-					continue // a schedule counts once per row
-				}
-				seen[key] = true
-				if found[key] == 0 {
-					first[key] = fmt.Sprintf("seed %d: %v", seed, v)
-				}
-				found[key]++
-			}
-			continue
 		}
-		if r.Failed() {
-			k := 0
-			small, err := ShrinkFederation(ctx, r, func(cand FedSchedule) (FedResult, error) {
-				k++
-				return run(cand, fmt.Sprintf("%s-s%d", key, k))
-			})
-			if err != nil {
-				t.Logf("shrinking stopped: %v", err)
-			}
-			t.Fatalf("seed %d broke the federated bounds (%d checks, shrunk to %d in %d runs):\n%s",
-				seed, len(sc.Steps), len(small.Schedule.Steps), k, DescribeFederation(small))
-		}
-		if time.Since(last) > 30*time.Second {
-			last = time.Now()
-			t.Logf("%d of %d schedules (seeds %d..%d), %d steps, in %v", seed-from+1, n, from, seed, steps, time.Since(began).Round(time.Second))
-		}
-	}
-	t.Logf("%d schedules played (seeds %d..%d), %d steps, in %v", n, from, from+n-1, steps, time.Since(began).Round(time.Millisecond))
+		return p, nil
+	})
 }
 
 // redisFederation is every part on one real Redis, on the callers' clocks

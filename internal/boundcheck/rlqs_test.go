@@ -4,9 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -39,39 +37,14 @@ func rlqsBudget(own *uint64, ownName, shared string) uint64 {
 func TestRLQSBoundsHold(t *testing.T) {
 	ctx := context.Background()
 	check := func(t *testing.T, from, n uint64, newStore func() gale.Store) {
-		began, last := time.Now(), time.Now()
-		steps := 0
-		found, first := map[string]int{}, map[string]string{}
-		defer func() {
-			for key, n := range found {
-				i := strings.LastIndex(key, "/")
-				t.Errorf("%s (safety %s) broken in %d schedules; the first: %s", key[:i], key[i+1:], n, first[key])
-			}
-		}()
-		for seed := from; seed < from+n; seed++ {
+		checkSeeds(t, from, n, func(seed uint64) (played, error) {
 			sc := GenerateRLQS(seed)
-			steps += len(sc.Steps)
 			domain := fmt.Sprintf("bcq%d", seed)
 			r, err := RunRLQS(ctx, sc, newStore, domain)
 			if err != nil {
-				t.Fatalf("seed %d: %v\n%v", seed, err, sc)
+				return played{}, fmt.Errorf("%w\n%v", err, sc)
 			}
-			if r.Failed() && *survey {
-				seen := map[string]bool{}
-				for _, v := range r.Violations {
-					key := fmt.Sprintf("%s/%v", v.Row, v.Safety)
-					if seen[key] {
-						continue
-					}
-					seen[key] = true
-					if found[key] == 0 {
-						first[key] = fmt.Sprintf("seed %d: %v", seed, v.Violation)
-					}
-					found[key]++
-				}
-				continue
-			}
-			if r.Failed() {
+			p := played{steps: len(sc.Steps), shrink: func() string {
 				k := 0
 				small, err := ShrinkRLQS(ctx, r, func(c RLQSSchedule) (RLQSResult, error) {
 					k++
@@ -80,15 +53,13 @@ func TestRLQSBoundsHold(t *testing.T) {
 				if err != nil {
 					t.Logf("shrinking stopped: %v", err)
 				}
-				t.Fatalf("seed %d broke the bounds table (%d steps, shrunk to %d in %d runs):\n%s",
-					seed, len(sc.Steps), len(small.Schedule.Steps), k, DescribeRLQS(small))
+				return fmt.Sprintf("(%d steps, shrunk to %d in %d runs):\n%s", len(sc.Steps), len(small.Schedule.Steps), k, DescribeRLQS(small))
+			}}
+			for _, v := range r.Violations {
+				p.violations = append(p.violations, v.Violation)
 			}
-			if time.Since(last) > 30*time.Second {
-				last = time.Now()
-				t.Logf("%d of %d schedules (seeds %d..%d), %d steps, in %v", seed-from+1, n, from, seed, steps, time.Since(began).Round(time.Second))
-			}
-		}
-		t.Logf("%d schedules clean (seeds %d..%d), %d steps, in %v", n, from, from+n-1, steps, time.Since(began).Round(time.Millisecond))
+			return p, nil
+		})
 	}
 	t.Run("memory", func(t *testing.T) {
 		check(t, *firstSeed, rlqsBudget(rlqsSeeds, "rlqs-seeds", "seeds"), func() gale.Store { return memstore.New() })

@@ -2,6 +2,7 @@ package boundcheck
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -62,12 +63,7 @@ func judgeWindows(sc Schedule, h *history, due map[int]*dueness) []Violation {
 	)
 	// The epoch's windows are judged when the store restarts, and at the end.
 	judge := func() {
-		ws := make([]int64, 0, len(wins))
-		for w := range wins {
-			ws = append(ws, w)
-		}
-		slices.Sort(ws)
-		for _, w := range ws {
+		for _, w := range slices.Sorted(maps.Keys(wins)) {
 			x := wins[w]
 			held := int64(0)
 			if x.leased {
@@ -264,12 +260,7 @@ func steady(sc Schedule, h *history, wins map[int64]*window) []Violation {
 		}
 	}
 	var out []Violation
-	ws := make([]int64, 0, len(wins))
-	for w := range wins {
-		ws = append(ws, w)
-	}
-	slices.Sort(ws)
-	for _, w := range ws {
+	for _, w := range slices.Sorted(maps.Keys(wins)) {
 		x := wins[w]
 		if w == 0 || x.asked == 0 {
 			continue

@@ -316,10 +316,10 @@ func TestServerTimeCouplesToRedisClock(t *testing.T) {
 	// The node's clock is Redis's (TIME, read before the lease) less ten
 	// minutes: the grant carries Redis's time, between the two TIMEs read
 	// around it.
-	before := redisTime(t, srv)
+	before := testenv.ServerTime(t, srv.Client())
 	local := before.Add(-10 * time.Minute)
 	mustCheck(t, l, "k", 1, local)
-	after := redisTime(t, srv)
+	after := testenv.ServerTime(t, srv.Client())
 	g := rec.last()
 	if g.Now.Before(before) || g.Now.After(after) {
 		t.Fatalf("grant carries time %v, not Redis's clock (TIME read %v before the lease, %v after)", g.Now, before, after)
@@ -336,16 +336,6 @@ func TestServerTimeCouplesToRedisClock(t *testing.T) {
 	if rec.count() != 2 {
 		t.Fatal("credits outlived Redis's window on the node's clock")
 	}
-}
-
-// redisTime is srv's clock (TIME), to the microsecond.
-func redisTime(t *testing.T, srv *testenv.Redis) time.Time {
-	t.Helper()
-	now, err := srv.Client().Time(bg).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return now
 }
 
 // deadlineStore records, for each Check and Lease that reaches its store,

@@ -53,7 +53,7 @@ func BenchmarkReport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	str := &stream{id: 1, due: make(chan struct{}, 1), pending: map[string]*rlqspb.RateLimitQuotaResponse_BucketAction{}, subs: map[string]*bucket{}, stats: s.stats}
+	str := newStream(1, 1, s.stats)
 	m := &rlqspb.RateLimitQuotaUsageReports{Domain: "api"}
 	for i := range 16 {
 		m.BucketQuotaUsages = append(m.BucketQuotaUsages, bucketUsage(map[string]string{"tenant": string(rune('a' + i)), "path": "/v1/items"}, 40, 3, durationpb.New(5*time.Second)))

@@ -13,7 +13,6 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -37,11 +36,7 @@ func TestEveryActionOfABurstArrives(t *testing.T) {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			clk := clock.NewFake(t0.Add(10 * time.Second))
 			sc := startSidecar(t, stores(t)["redis"](t), clk, rlqsserver.Options{})
-			conn, err := grpc.NewClient(sc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := dial(t, sc)
 			// The stream's deadline bounds the wait for assignments that
 			// never come.
 			ctx, cancel := context.WithTimeout(bg, testenv.StoreDeadline)
@@ -250,14 +245,6 @@ func TestEnvoysSubscribingTogetherEachGetTheirShare(t *testing.T) {
 func TestStreamsAndBucketsAreBounded(t *testing.T) {
 	clk := clock.NewFake(t0.Add(10 * time.Second))
 	sc := startSidecar(t, stores(t)["redis"](t), clk, rlqsserver.Options{MaxStreamsPerConn: 3, MaxBuckets: 5})
-	dial := func() *grpc.ClientConn {
-		conn, err := grpc.NewClient(sc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
 	// open opens a stream on conn and reports one bucket on it: its answer
 	// is the bucket's action, or the stream's refusal.
 	open := func(conn *grpc.ClientConn, tenant string) (grpc.BidiStreamingClient[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse], error) {
@@ -274,7 +261,7 @@ func TestStreamsAndBucketsAreBounded(t *testing.T) {
 		_, err = st.Recv()
 		return st, err
 	}
-	one := dial()
+	one := dial(t, sc)
 	var held []grpc.BidiStreamingClient[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]
 	for i := range 3 {
 		st, err := open(one, "a")
@@ -286,7 +273,7 @@ func TestStreamsAndBucketsAreBounded(t *testing.T) {
 	if _, err := open(one, "a"); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a fourth stream on one connection: %v, want ResourceExhausted", err)
 	}
-	if _, err := open(dial(), "a"); err != nil {
+	if _, err := open(dial(t, sc), "a"); err != nil {
 		t.Fatalf("a stream on another connection: %v", err)
 	}
 	if err := held[0].CloseSend(); err != nil {
@@ -304,7 +291,7 @@ func TestStreamsAndBucketsAreBounded(t *testing.T) {
 	}
 	// Buckets: a (above), then b..h on a new connection: 5 tracked at most.
 	for _, tenant := range []string{"b", "c", "d", "e"} {
-		if _, err := open(dial(), tenant); err != nil {
+		if _, err := open(dial(t, sc), tenant); err != nil {
 			t.Fatalf("bucket %s: %v", tenant, err)
 		}
 	}
@@ -324,11 +311,7 @@ func TestStreamsAndBucketsAreBounded(t *testing.T) {
 func TestManyStreamsOfOneClientAreOneShare(t *testing.T) {
 	clk := clock.NewFake(t0.Add(10 * time.Second))
 	sc := startSidecar(t, stores(t)["redis"](t), clk, rlqsserver.Options{})
-	conn, err := grpc.NewClient(sc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, sc)
 	var greedy []*envoy
 	for range 16 {
 		greedy = append(greedy, connectOn(t, conn))

@@ -110,13 +110,18 @@ type envoy struct {
 
 func connect(t *testing.T, s *sidecar) *envoy {
 	t.Helper()
+	return connectOn(t, dial(t, s))
+}
+
+// dial is a new client connection to s, closed when the test ends.
+func dial(t *testing.T, s *sidecar) *grpc.ClientConn {
+	t.Helper()
 	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := connectOn(t, conn)
 	t.Cleanup(func() { conn.Close() })
-	return e
+	return conn
 }
 
 // connectOn opens an Envoy's stream on conn: several on one conn are one

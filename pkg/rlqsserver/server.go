@@ -223,8 +223,7 @@ func (s *Server) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLi
 		return err
 	}
 	defer s.closeOnConn(st.Context())
-	str := &stream{id: rlqs.StreamID(s.nextStream.Add(1)), conn: connID, due: make(chan struct{}, 1),
-		pending: map[string]*rlqspb.RateLimitQuotaResponse_BucketAction{}, subs: map[string]*bucket{}, stats: s.stats}
+	str := newStream(rlqs.StreamID(s.nextStream.Add(1)), connID, s.stats)
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
 	s.stats.add(func(t *stats) { t.streams++ })
@@ -426,6 +425,12 @@ type stream struct {
 	done    bool
 	pending map[string]*rlqspb.RateLimitQuotaResponse_BucketAction // by bucket key
 	order   []string                                               // pending's keys, oldest first
+}
+
+// newStream is stream id of client connection conn, with nothing due.
+func newStream(id rlqs.StreamID, conn uint64, st *stats) *stream {
+	return &stream{id: id, conn: conn, due: make(chan struct{}, 1),
+		pending: map[string]*rlqspb.RateLimitQuotaResponse_BucketAction{}, subs: map[string]*bucket{}, stats: st}
 }
 
 // push makes a due on the stream for bucket key without waiting; an action

@@ -234,7 +234,7 @@ func TestKilledServer(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	srv := testenv.StartRedis(t)
 	c := srv.Client()
-	trips := &sent{}
+	trips := &testenv.Sent{}
 	c.AddHook(trips)
 	s, err := redisstore.New(c, redisstore.Options{Timeout: timeout})
 	if err != nil {
@@ -261,7 +261,7 @@ func TestKilledServer(t *testing.T) {
 	}
 	answered()
 	srv.Kill()
-	trips.take("")
+	trips.Take("")
 	errs := make(chan error, 8)
 	for i := 0; i < 8; i++ {
 		go func() { _, err := s.Check(ctx, "k", minute, 1, now); errs <- err }()
@@ -276,13 +276,13 @@ func TestKilledServer(t *testing.T) {
 			t.Fatalf("%d of 8 checks against a dead server still waiting after %v", 8-i, testenv.StoreDeadline)
 		}
 	}
-	sentDead := trips.take("")
+	sentDead := trips.Take("")
 	if len(sentDead) == 0 {
 		t.Fatal("8 checks against a dead server sent no command")
 	}
 	for _, c := range sentDead {
-		if c.deadline.IsZero() || c.deadline.Sub(c.began) > timeout {
-			t.Fatalf("%s was sent with a deadline %v after it began (zero: none); want at most the store's %v", c.args[0], c.deadline.Sub(c.began), timeout)
+		if c.Deadline.IsZero() || c.Deadline.Sub(c.Began) > timeout {
+			t.Fatalf("%s was sent with a deadline %v after it began (zero: none); want at most the store's %v", c.Args[0], c.Deadline.Sub(c.Began), timeout)
 		}
 	}
 	srv.Restart()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/memstore"
 	"github.com/throttlekit/throttlekit/pkg/gale/redisstore"
@@ -127,9 +128,9 @@ func TestServerTime(t *testing.T) {
 	bogus := time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC)
 	for attempt := 0; ; attempt++ {
 		key := fmt.Sprint("st-", attempt)
-		before := redisTime(t, c)
+		before := testenv.ServerTime(t, c)
 		g, err := s.Lease(ctx, key, hour, 1, 4, bogus)
-		after := redisTime(t, c)
+		after := testenv.ServerTime(t, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +152,7 @@ func TestServerTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if last := redisTime(t, c); !last.Before(g.WindowEnd) && attempt == 0 {
+		if last := testenv.ServerTime(t, c); !last.Before(g.WindowEnd) && attempt == 0 {
 			t.Logf("Redis's hour ended during the run (%v): again", last)
 			continue
 		}
@@ -163,16 +164,6 @@ func TestServerTime(t *testing.T) {
 		}
 		return
 	}
-}
-
-// redisTime is c's server's clock (TIME).
-func redisTime(t *testing.T, c *redis.Client) time.Time {
-	t.Helper()
-	now, err := c.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return now
 }
 
 // TestTimeRange: instants the scripts cannot represent are refused.

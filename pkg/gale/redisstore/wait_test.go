@@ -42,7 +42,7 @@ func TestWaitReplicasRejectsBadOptions(t *testing.T) {
 func TestWaitReplicasWithoutReplicas(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := srv.Client()
-	cmds := &sent{}
+	cmds := &testenv.Sent{}
 	c.AddHook(cmds)
 	s, err := redisstore.New(c, redisstore.Options{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond, Timeout: testenv.StoreDeadline})
 	if err != nil {
@@ -56,12 +56,12 @@ func TestWaitReplicasWithoutReplicas(t *testing.T) {
 			t.Fatalf("%v check with no replica: err %v, want ErrNotReplicated", r.Algorithm, err)
 		}
 		// A NOSCRIPT's EVAL is a second round trip, with its own WAIT.
-		waits := cmds.take("wait")
+		waits := cmds.Take("wait")
 		if len(waits) == 0 {
 			t.Fatalf("%v check sent no WAIT", r.Algorithm)
 		}
 		for _, w := range waits {
-			if got := strings.Join(w.args, " "); got != "wait 1 20" {
+			if got := strings.Join(w.Args, " "); got != "wait 1 20" {
 				t.Fatalf("%v check sent %q, want WAIT for 1 replica within 20ms", r.Algorithm, got)
 			}
 		}
@@ -69,8 +69,8 @@ func TestWaitReplicasWithoutReplicas(t *testing.T) {
 	if _, err := s.Lease(ctx, "k", minute, 1, 10, now); err != nil {
 		t.Fatalf("lease with WaitReplicas and no replica: %v (leases are not waited for)", err)
 	}
-	if w := cmds.take("wait"); len(w) != 0 {
-		t.Fatalf("a lease sent %v", w[0].args)
+	if w := cmds.Take("wait"); len(w) != 0 {
+		t.Fatalf("a lease sent %v", w[0].Args)
 	}
 }
 

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/gale/federation"
@@ -207,9 +205,9 @@ func TestCoordinatorServerTime(t *testing.T) {
 	future := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
 	for attempt := 0; ; attempt++ {
 		key := fmt.Sprint("st-", attempt)
-		before := redisTime(t, rc)
+		before := testenv.ServerTime(t, rc)
 		g, err := c.Lease(ctx, key, hour, 6, 6, bogus)
-		after := redisTime(t, rc)
+		after := testenv.ServerTime(t, rc)
 		if err != nil || g.Granted != 6 {
 			t.Fatalf("lease: %+v, %v", g, err)
 		}
@@ -229,7 +227,7 @@ func TestCoordinatorServerTime(t *testing.T) {
 		past := federation.Reconcile{Leftover: 4, WindowEnd: g.WindowEnd.Add(-time.Hour), Token: "eu", Now: bogus}
 		expired, eerr := c.Reconcile(ctx, key, hour, past)
 		left, lerr := c.Lease(ctx, key, hour, 1, 10, bogus)
-		if last := redisTime(t, rc); !last.Before(g.WindowEnd) && attempt == 0 {
+		if last := testenv.ServerTime(t, rc); !last.Before(g.WindowEnd) && attempt == 0 {
 			t.Logf("Redis's hour ended during the run (%v): again", last)
 			continue
 		}
@@ -244,14 +242,4 @@ func TestCoordinatorServerTime(t *testing.T) {
 		}
 		return
 	}
-}
-
-// redisTime is c's server's clock (TIME), to the microsecond.
-func redisTime(t *testing.T, c *redis.Client) time.Time {
-	t.Helper()
-	now, err := c.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return now
 }

@@ -141,11 +141,11 @@ func TestEscrowKeyLayout(t *testing.T) {
 					t.Fatalf("Key = %q", name)
 				}
 				w := federation.Window{End: now.Add(time.Minute), TTL: tc.ttl}
-				before := redisTime(t, rc)
+				before := testenv.ServerTime(t, rc)
 				if n, err := e.Refill(ctx, key, 7, w, now); err != nil || n != 7 {
 					t.Fatalf("refill: %d, %v", n, err)
 				}
-				after := redisTime(t, rc)
+				after := testenv.ServerTime(t, rc)
 				// Redis expires it keep after the refill's script ran, to
 				// the millisecond of the script's clock.
 				lo, hi := before.Truncate(time.Millisecond).Add(tc.keep), after.Truncate(time.Millisecond).Add(tc.keep)
@@ -154,7 +154,7 @@ func TestEscrowKeyLayout(t *testing.T) {
 				}
 				h, herr := rc.HGetAll(ctx, name).Result()
 				expires, xerr := rc.PExpireTime(ctx, name).Result()
-				if last := redisTime(t, rc); !last.Before(lo) && attempt == 0 {
+				if last := testenv.ServerTime(t, rc); !last.Before(lo) && attempt == 0 {
 					t.Logf("the key's time to live may have ended during the run (Redis's TIME %v): again", last)
 					continue
 				}
@@ -202,20 +202,20 @@ func TestEscrowServerTime(t *testing.T) {
 	rc := srv.Client()
 	bogus := time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC)
 	future := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
-	before := redisTime(t, rc)
+	before := testenv.ServerTime(t, rc)
 	w := federation.Window{End: before.Add(time.Hour).Truncate(time.Second), TTL: time.Minute}
 	if n, err := e.Refill(ctx, "st", 5, w, bogus); err != nil || n != 5 {
 		t.Fatalf("refill at a bogus now: %d, %v", n, err)
 	}
-	after := redisTime(t, rc)
+	after := testenv.ServerTime(t, rc)
 	dl, err := rc.HGet(ctx, e.Key("st"), "dl").Int64()
 	if err != nil || dl < before.Add(w.TTL).UnixMicro() || dl > after.Add(w.TTL).UnixMicro() {
 		t.Fatalf("deadline %v (%v), want Redis's TIME at the refill plus a minute (TIME read %v before it, %v after)", time.UnixMicro(dl), err, before, after)
 	}
 	deadline := time.UnixMicro(dl)
-	before = redisTime(t, rc)
+	before = testenv.ServerTime(t, rc)
 	h, err := e.Take(ctx, "st", 1, 2, future)
-	after = redisTime(t, rc)
+	after = testenv.ServerTime(t, rc)
 	if err != nil || h.Granted != 2 || h.Balance != 3 || !h.Window.End.Equal(w.End) || h.Window.TTL < deadline.Sub(after) || h.Window.TTL > deadline.Sub(before) {
 		t.Fatalf("take at a bogus future now: %+v, %v; want 2 of 5, a TTL of %v to %v (the deadline less Redis's TIME read around the take)", h, err, deadline.Sub(after), deadline.Sub(before))
 	}
@@ -229,7 +229,7 @@ func TestEscrowServerTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !testenv.EventuallyWithin(testenv.StoreDeadline, func() bool { return redisTime(t, rc).UnixMicro() > dl2 }) {
+	if !testenv.EventuallyWithin(testenv.StoreDeadline, func() bool { return testenv.ServerTime(t, rc).UnixMicro() > dl2 }) {
 		t.Fatalf("Redis's clock never passed the deadline %v", time.UnixMicro(dl2))
 	}
 	if h, err := e.Take(ctx, "st", 1, 1, bogus); err != nil || h.Granted != 0 || !h.Dead.Equal(w2.End) {

@@ -26,7 +26,7 @@ func TestKilledServer(t *testing.T) {
 	// refuses at once), bounded by the operation's deadline.
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rc.Close() })
-	trips := &sent{}
+	trips := &testenv.Sent{}
 	rc.AddHook(trips) // before the coordinator: its store's pipelines are built with it
 	c, err := redisfed.NewCoordinator(rc, redisstore.Options{Timeout: timeout})
 	if err != nil {
@@ -74,7 +74,7 @@ func TestKilledServer(t *testing.T) {
 	}
 	srv.Kill()
 	for _, op := range ops {
-		trips.take("")
+		trips.Take("")
 		done := make(chan error, 1)
 		go func() { done <- op.run() }()
 		select {
@@ -86,13 +86,13 @@ func TestKilledServer(t *testing.T) {
 		case <-time.After(testenv.StoreDeadline):
 			t.Fatalf("%s against a dead server still waiting after %v", op.name, testenv.StoreDeadline)
 		}
-		cmds := trips.take("")
+		cmds := trips.Take("")
 		if len(cmds) == 0 {
 			t.Errorf("%s against a dead server sent no command", op.name)
 		}
 		for _, c := range cmds {
-			if c.deadline.IsZero() || c.deadline.Sub(c.began) > timeout {
-				t.Errorf("%s: %s was sent with a deadline %v after it was handed over (zero: none); want at most the %v timeout", op.name, c.args[0], c.deadline.Sub(c.began), timeout)
+			if c.Deadline.IsZero() || c.Deadline.Sub(c.Began) > timeout {
+				t.Errorf("%s: %s was sent with a deadline %v after it was handed over (zero: none); want at most the %v timeout", op.name, c.Args[0], c.Deadline.Sub(c.Began), timeout)
 			}
 		}
 	}
