@@ -122,6 +122,12 @@ type RLQSSchedule struct {
 	// Full: the Envoys start a replaced token bucket full (Envoy before
 	// c33e7f82), not at the old one's remaining ratio.
 	Full bool
+	// AllowAll: the Envoys' no_assignment_behavior is left unset (Envoy's
+	// default, ALLOW_ALL), not DENY_ALL: a bucket's first request is
+	// admitted, and so is any request while nothing the sidecar sent is
+	// in force. Such schedules have no resets or restarts (an Envoy
+	// without a stream admits unmetered once its assignment expires).
+	AllowAll bool
 	// Steady schedules have no reload, reset or restart and a fixed
 	// window of 10 s or more: the windows where the least assigned is
 	// judged.
@@ -133,8 +139,8 @@ type RLQSSchedule struct {
 
 func (sc RLQSSchedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "rlqs seed %d: %d servers, envoys on %v, full %v, steady %v, %v, length %v\n",
-		sc.Seed, sc.Servers, sc.Envoys, sc.Full, sc.Steady, sc.Policy, sc.Length)
+	fmt.Fprintf(&b, "rlqs seed %d: %d servers, envoys on %v, full %v, allow_all %v, steady %v, %v, length %v\n",
+		sc.Seed, sc.Servers, sc.Envoys, sc.Full, sc.AllowAll, sc.Steady, sc.Policy, sc.Length)
 	for i, s := range sc.Steps {
 		fmt.Fprintf(&b, "  #%d %v\n", i, s)
 	}
@@ -147,8 +153,8 @@ func (sc RLQSSchedule) GoString() string {
 	pol := func(p RLQSPolicy) string {
 		return fmt.Sprintf("RLQSPolicy{Limit: %d, Window: %d * time.Second, Sliding: %v, Name: %q}", p.Limit, p.Window/time.Second, p.Sliding, p.Name)
 	}
-	fmt.Fprintf(&b, "RLQSSchedule{Seed: %d, Policy: %s, Servers: %d, Envoys: %#v, Full: %v, Steady: %v, Length: %d * time.Second, Steps: []RLQSStep{\n",
-		sc.Seed, pol(sc.Policy), sc.Servers, sc.Envoys, sc.Full, sc.Steady, sc.Length/time.Second)
+	fmt.Fprintf(&b, "RLQSSchedule{Seed: %d, Policy: %s, Servers: %d, Envoys: %#v, Full: %v, AllowAll: %v, Steady: %v, Length: %d * time.Second, Steps: []RLQSStep{\n",
+		sc.Seed, pol(sc.Policy), sc.Servers, sc.Envoys, sc.Full, sc.AllowAll, sc.Steady, sc.Length/time.Second)
 	for _, s := range sc.Steps {
 		switch s.Kind {
 		case RLQSRequest:
@@ -178,7 +184,9 @@ const rlqsMaxRequests = 1200
 // cut, often to a few units, a raise, a cut to 0, a move to another window
 // or algorithm, a rename), half of them in the three seconds before a
 // boundary, after an Envoy's last report of the window; stream resets; a
-// sidecar restart.
+// sidecar restart. One schedule in three has Envoys under ALLOW_ALL, drawn
+// apart from the rest (a seed's other draws are what they were before),
+// its resets and restarts dropped.
 func GenerateRLQS(seed uint64) RLQSSchedule {
 	rng := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
 	sc := RLQSSchedule{Seed: seed, Servers: 1 + rng.IntN(3), Full: rng.IntN(3) == 0, Steady: rng.IntN(3) == 0}
@@ -236,6 +244,10 @@ func GenerateRLQS(seed uint64) RLQSSchedule {
 	}
 	if !sc.Steady {
 		sc.Steps = append(sc.Steps, rlqsEvents(rng, sc)...)
+	}
+	if rand.New(rand.NewPCG(seed, 0xa11a11a11)).IntN(3) == 0 {
+		sc.AllowAll = true
+		sc.Steps = slices.DeleteFunc(sc.Steps, func(s RLQSStep) bool { return s.Kind == RLQSReset || s.Kind == RLQSRestart })
 	}
 	slices.SortStableFunc(sc.Steps, func(a, b RLQSStep) int { return cmp.Compare(a.At, b.At) })
 	return sc

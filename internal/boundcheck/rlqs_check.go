@@ -11,6 +11,8 @@ import (
 type RLQSResult struct {
 	Schedule   RLQSSchedule
 	Violations []RLQSViolation
+	// Told is what the Envoys were told and decided.
+	Told RLQSTold
 }
 
 // Failed reports whether a window broke its row.
@@ -23,7 +25,7 @@ func RunRLQS(ctx context.Context, sc RLQSSchedule, newStore func() gale.Store, d
 	if err != nil {
 		return RLQSResult{Schedule: sc}, err
 	}
-	return RLQSResult{Schedule: sc, Violations: JudgeRLQS(sc, told)}, nil
+	return RLQSResult{Schedule: sc, Violations: JudgeRLQS(sc, told), Told: told}, nil
 }
 
 // ShrinkRLQS returns a schedule as short as it can find that still breaks

@@ -26,7 +26,9 @@ var RLQSRows = map[string]Row{
 	"admitted": {Name: "RLQS admitted",
 		Most: "requests the Envoys' filters admit in a window ≤ what they were assigned in it (every assignment expires before its window ends), " +
 			"plus, where a reload moved the counter, what they were assigned in the windows of the other counters the window overlaps " +
-			"(a token bucket of the old counter lives until its TTL)",
+			"(a token bucket of the old counter lives until its TTL); " +
+			"under ALLOW_ALL (Envoy's default no_assignment_behavior; no resets or restarts), besides each bucket's first request at each Envoy " +
+			"(one per Envoy, and one more after each abandon): the sidecar keeps a DENY_ALL in force wherever no assignment is",
 		Least: "— (judged on what is assigned)"},
 }
 
@@ -78,6 +80,7 @@ func JudgeRLQS(sc RLQSSchedule, told RLQSTold) []RLQSViolation {
 	assigned := map[rlqsWindow]int64{}
 	perEnvoy := map[rlqsWindow][]int64{}
 	admitted := map[rlqsWindow]int64{}
+	first := map[rlqsWindow]int64{} // admitted by creating their bucket
 	for _, a := range told.Actions {
 		if a.Other != "" {
 			continue
@@ -91,7 +94,11 @@ func JudgeRLQS(sc RLQSSchedule, told RLQSTold) []RLQSViolation {
 	}
 	for i, st := range sc.Steps {
 		if st.Kind == RLQSRequest && told.Steps[i].Admitted {
-			admitted[windowOf(st.Bucket, vers[told.Steps[i].Version].RLQSPolicy, st.At)]++
+			w := windowOf(st.Bucket, vers[told.Steps[i].Version].RLQSPolicy, st.At)
+			admitted[w]++
+			if told.Steps[i].Created {
+				first[w]++
+			}
 		}
 	}
 	var out []RLQSViolation
@@ -118,9 +125,9 @@ func JudgeRLQS(sc RLQSSchedule, told RLQSTold) []RLQSViolation {
 				carried += n
 			}
 		}
-		if got := admitted[w]; got > assigned[w]+carried {
-			add("admitted", w, true, "admitted %d, want at most %d assigned in it + %d assigned in the other counters' windows it overlaps: %s",
-				got, assigned[w], carried, RLQSRows["admitted"].Most)
+		if got := admitted[w]; got > assigned[w]+carried+first[w] {
+			add("admitted", w, true, "admitted %d, want at most %d assigned in it + %d assigned in the other counters' windows it overlaps + %d first requests: %s",
+				got, assigned[w], carried, first[w], RLQSRows["admitted"].Most)
 		}
 	}
 	if sc.Steady {

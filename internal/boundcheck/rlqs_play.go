@@ -52,7 +52,11 @@ type RLQSAction struct {
 // of the policy in force then.
 type RLQSDecision struct {
 	Admitted bool
-	Version  int
+	// Created: the request created its bucket at its Envoy (a first
+	// request, or the first after an abandon), decided by
+	// no_assignment_behavior.
+	Created bool
+	Version int
 }
 
 // rlqsRun is one RLQS schedule being played.
@@ -196,9 +200,9 @@ func (r *rlqsRun) step(i int) error {
 		if st.Envoy < 0 || st.Envoy >= len(r.envoys) {
 			return fmt.Errorf("no envoy %d", st.Envoy)
 		}
-		ok := r.envoys[st.Envoy].f.Decide(map[string]string{"tenant": fmt.Sprintf("b%d", st.Bucket)})
+		ok, created := r.envoys[st.Envoy].f.DecideNew(map[string]string{"tenant": fmt.Sprintf("b%d", st.Bucket)})
 		r.mu.Lock()
-		r.told.Steps[i].Admitted = ok
+		r.told.Steps[i].Admitted, r.told.Steps[i].Created = ok, created
 		r.mu.Unlock()
 	case RLQSReload:
 		set, err := r.set(st.Policy)
@@ -295,10 +299,13 @@ func (r *rlqsRun) newEnvoy(index, srv int) (*rlqsEnvoy, error) {
 		replacement = rlqsenvoy.ReplaceFull
 	}
 	deny := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	if r.sc.AllowAll {
+		deny = nil // unset: Envoy's default, ALLOW_ALL
+	}
 	f, err := rlqsenvoy.New(rlqsenvoy.Config{
 		Domain:       r.domain,
 		Servers:      []string{fmt.Sprintf("passthrough:///bcsrv-%d", srv)},
-		NoAssignment: deny, // the configuration the bound needs (docs/rlqs.md)
+		NoAssignment: deny, // the configuration docs/rlqs.md recommends, or Envoy's default
 		Replacement:  replacement,
 		Clock:        e.owner,
 		OpenTimeout:  testenv.StoreDeadline,

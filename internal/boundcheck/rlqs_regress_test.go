@@ -60,6 +60,28 @@ var rlqsRegressions = map[string]RLQSSchedule{
 		{At: 9819316053, Kind: RLQSRequest, Envoy: 0, Bucket: 0},
 		{At: 11635915999, Kind: RLQSRequest, Envoy: 1, Bucket: 0},
 	}},
+	// Issue 41, ALLOW_ALL, as the checker shrank seed 1 on the main before
+	// the seal: one Envoy under Envoy's default no_assignment_behavior
+	// subscribes at 6.9 s and is assigned 2 tokens for ⌊3.1 − 0.25⌋ = 2 s;
+	// they run out at 8.9 s, before the window's end, and its request at
+	// 9.0 s was admitted unmetered (4 admitted, 2 assigned, 1 first).
+	"allow_all: an assignment expiring before its window's end": {Seed: 1, Policy: RLQSPolicy{Limit: 70, Window: 10 * time.Second, Sliding: false, Name: "l0"}, Servers: 1, Envoys: []int{0}, Full: true, AllowAll: true, Steady: true, Length: 10 * time.Second, Steps: []RLQSStep{
+		{At: 6906660791, Kind: RLQSRequest, Envoy: 0, Bucket: 0},
+		{At: 7008145608, Kind: RLQSRequest, Envoy: 0, Bucket: 0},
+		{At: 8392366762, Kind: RLQSRequest, Envoy: 0, Bucket: 0},
+		{At: 9034050187, Kind: RLQSRequest, Envoy: 0, Bucket: 0},
+	}},
+	// Issue 41, ALLOW_ALL: seed 408 with the seal, before a cut to 0 told
+	// every stream: the cut at 9.3 s is noticed at 10 s by Envoy 0's
+	// subscription, which alone was told DENY_ALL; Envoy 1's seal ran out
+	// at 11.5 s and its request then was admitted unmetered (the window's
+	// timer found the bucket resolved already).
+	"allow_all, cut to 0 after a seal": {Seed: 408, Policy: RLQSPolicy{Limit: 56, Window: 5 * time.Second, Sliding: false, Name: "l0"}, Servers: 1, Envoys: []int{0, 0}, Full: false, AllowAll: true, Steady: false, Length: 15 * time.Second, Steps: []RLQSStep{
+		{At: 3576333751, Kind: RLQSRequest, Envoy: 1, Bucket: 0},
+		{At: 9317586161, Kind: RLQSReload, Policy: RLQSPolicy{Limit: 0, Window: 5 * time.Second, Sliding: false, Name: "l1"}},
+		{At: 10000000000, Kind: RLQSRequest, Envoy: 0, Bucket: 0},
+		{At: 11505045945, Kind: RLQSRequest, Envoy: 1, Bucket: 0},
+	}},
 }
 
 // TestRLQSRegressions replays each RLQS schedule the checker found,
@@ -73,6 +95,11 @@ func TestRLQSRegressions(t *testing.T) {
 			}
 			for _, v := range r.Violations {
 				t.Errorf("%v", v.Violation)
+			}
+			if t.Failed() {
+				for _, a := range r.Told.Actions {
+					t.Logf("%+v", a)
+				}
 			}
 		})
 	}

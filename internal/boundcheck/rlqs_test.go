@@ -1,10 +1,14 @@
 package boundcheck
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -76,4 +80,76 @@ func TestRLQSBoundsHold(t *testing.T) {
 		}
 		check(t, *firstSeed, n, func() gale.Store { return store })
 	})
+}
+
+// allowAllFleet is issue 41's ALLOW_ALL shape: two sidecars, eight Envoys
+// (four on each) under Envoy's default no_assignment_behavior, Poisson
+// arrivals whose sum is three times L = 100 per 10 s, one Envoy hot at
+// five times the others, for six windows, some starting at a boundary.
+func allowAllFleet(seed uint64) RLQSSchedule {
+	rng := rand.New(rand.NewPCG(seed, 41))
+	sc := RLQSSchedule{Seed: seed, Policy: RLQSPolicy{Limit: 100, Window: 10 * time.Second, Name: "l0"}, Servers: 2,
+		Envoys: []int{0, 0, 0, 0, 1, 1, 1, 1}, AllowAll: true, Steady: true, Length: 60 * time.Second}
+	total := 3 * float64(sc.Policy.Limit) / sc.Policy.Window.Seconds()
+	weights := []float64{5, 1, 1, 1, 1, 1, 1, 1}
+	for e, w := range weights {
+		rate := total * w / 12
+		start := time.Duration(rng.Int64N(int64(sc.Policy.Window)))
+		if e%2 == 0 {
+			start = 0 // together, at a boundary
+		}
+		for at := start; at < sc.Length; at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second)) {
+			sc.Steps = append(sc.Steps, RLQSStep{At: at, Kind: RLQSRequest, Envoy: e})
+		}
+	}
+	slices.SortStableFunc(sc.Steps, func(a, b RLQSStep) int { return cmp.Compare(a.At, b.At) })
+	return sc
+}
+
+// TestRLQSAllowAllAdmitsAtMostLPlusEnvoys (issue 41): under Envoy's
+// default no_assignment_behavior, ALLOW_ALL, and 3L demand, no window
+// admits more than L + one request per Envoy (its bucket's first, decided
+// before any answer), on a real Redis. Before the sidecars kept a DENY_ALL
+// in force wherever an Envoy held no assignment, an assignment expiring
+// before its window's end (by the Guard and the TTL's whole seconds) left
+// its Envoy unmetered until the next window's assignment: on the main
+// before the seal, seeds 1–3 admitted 105–131 per window of L = 100.
+func TestRLQSAllowAllAdmitsAtMostLPlusEnvoys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := testenv.StartRedis(t)
+	store, err := redisstore.New(srv.Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		sc := allowAllFleet(seed)
+		told, err := PlayRLQS(context.Background(), sc, store, fmt.Sprintf("bcallow%d", seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range JudgeRLQS(sc, told) {
+			t.Errorf("seed %d: %v", seed, v.Violation)
+		}
+		perWindow := make([]int64, sc.Length/sc.Policy.Window)
+		for i, st := range sc.Steps {
+			if told.Steps[i].Admitted {
+				perWindow[st.At/sc.Policy.Window]++
+			}
+		}
+		most := sc.Policy.Limit + int64(len(sc.Envoys))
+		for w, n := range perWindow {
+			if n > most {
+				t.Errorf("seed %d, window %d: admitted %d > L + Envoys = %d", seed, w, n, most)
+			}
+		}
+		assigned := make([]int64, len(perWindow))
+		for _, a := range told.Actions {
+			if a.Other == "" && a.At < sc.Length {
+				assigned[a.At/sc.Policy.Window] += a.Tokens
+			}
+		}
+		t.Logf("seed %d: admitted per window %v, assigned %v (L %d, %d Envoys, demand 3L)", seed, perWindow, assigned, sc.Policy.Limit, len(sc.Envoys))
+	}
 }

@@ -155,10 +155,17 @@ func New(cfg Config) (*Filter, error) {
 // also opens the stream on the filter's first bucket and sends an immediate
 // report holding just that bucket.
 func (f *Filter) Decide(id map[string]string) bool {
+	allowed, _ := f.DecideNew(id)
+	return allowed
+}
+
+// DecideNew is Decide, also reporting whether the request created its
+// bucket: it was decided by no_assignment_behavior, before any answer.
+func (f *Filter) DecideNew(id map[string]string) (allowed, created bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return false
+		return false, false
 	}
 	allowed, created, initial := f.cache.decide(f.clk.Now(), id)
 	if allowed {
@@ -167,7 +174,7 @@ func (f *Filter) Decide(id map[string]string) bool {
 		f.stats.Denied++
 	}
 	if !created {
-		return allowed
+		return allowed, false
 	}
 	if !f.started { // createBucketImpl: the timer, then the stream, once
 		f.started = true
@@ -177,7 +184,7 @@ func (f *Filter) Decide(id map[string]string) bool {
 	if f.sendLocked([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{initial}) {
 		f.stats.ImmediateSent++
 	}
-	return allowed
+	return allowed, true
 }
 
 // Stats returns the counters so far.

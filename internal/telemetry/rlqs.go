@@ -19,7 +19,7 @@ var (
 	descRLQSLeased         = prometheus.NewDesc("throttlekit_rlqs_leased_units_total", "Units the RLQS service leased from the store for its Envoys, by rule.", []string{"domain", "rule"}, nil)
 	descRLQSReturned       = prometheus.NewDesc("throttlekit_rlqs_returned_units_total", "Units leased and never assigned, given back to their window, by rule.", []string{"domain", "rule"}, nil)
 	descRLQSStreams        = prometheus.NewDesc("throttlekit_rlqs_streams_open", "RLQS streams (one per Envoy and domain) open now.", nil, nil)
-	descRLQSBlanket        = prometheus.NewDesc("throttlekit_rlqs_blanket_actions_total", "Blanket actions sent, by action (allow_all, deny_all) and reason (no_limit: no limit matches the bucket; blocked: a limit of 0; refused: a limit RLQS cannot serve, logged with its rule).", []string{"action", "reason"}, nil)
+	descRLQSBlanket        = prometheus.NewDesc("throttlekit_rlqs_blanket_actions_total", "Blanket actions sent, by action (allow_all, deny_all) and reason (no_limit: no limit matches the bucket; blocked: a limit of 0; refused: a limit RLQS cannot serve, logged with its rule; no_share: a subscribed Envoy left without a share of its window; expiring: an Envoy's share about to expire before its window ends).", []string{"action", "reason"}, nil)
 	descRLQSSkipped        = prometheus.NewDesc("throttlekit_rlqs_skipped_usages_total", "Bucket usages of reports not served, by reason (bucket_id, entries, elapsed, counts, streams); bad_report counts whole messages refused with INVALID_ARGUMENT.", []string{"reason"}, nil)
 	descRLQSSuperseded     = prometheus.NewDesc("throttlekit_rlqs_superseded_actions_total", "Bucket actions replaced, before they were sent, by a newer one for the same bucket and stream (an Envoy reading slower than its actions come); an assignment among them stays charged, which only under-admits.", nil, nil)
 	descRLQSRefusedStreams = prometheus.NewDesc("throttlekit_rlqs_refused_streams_total", "RLQS streams refused because their client connection had --rlqs-max-streams-per-conn open already (an Envoy opens one per domain).", nil, nil)
@@ -62,7 +62,7 @@ func (c RLQSCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descRLQSStreams, prometheus.GaugeValue, float64(s.StreamsOpen))
 	for _, a := range []string{"allow_all", "deny_all"} {
-		for _, why := range []string{"no_limit", "blocked", "refused", "no_share"} {
+		for _, why := range []string{"no_limit", "blocked", "refused", "no_share", "expiring"} {
 			if a == "allow_all" && why != "no_limit" || a == "deny_all" && why == "no_limit" {
 				continue
 			}

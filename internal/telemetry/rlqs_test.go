@@ -16,7 +16,7 @@ func TestRLQSCollector(t *testing.T) {
 	var s rlqsserver.Stats
 	c := RLQSCollector{Stats: func() rlqsserver.Stats { return s }}
 	base := testutil.CollectAndCount(c)
-	if base != 1+4+8+4 { // streams, blanket (4 pairs), skipped (7 reasons, bad_report), superseded, refused streams, messages, actions
+	if base != 1+5+8+4 { // streams, blanket (5 pairs), skipped (7 reasons, bad_report), superseded, refused streams, messages, actions
 		t.Fatalf("no rule: %d series", base)
 	}
 	s = rlqsserver.Stats{

@@ -7,8 +7,8 @@ import (
 	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
-// next asks the bucket's lease if one is due at now, and sets the instant
-// the driver must tick at.
+// next asks the bucket's lease if one is due at now, tells DENY_ALL to the
+// streams that must deny, and sets the instant the driver must tick at.
 func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 	if b.Lease == 0 && !now.Before(b.RefusedUntil) {
 		if want := m.ask(b, now, b.Leases+1); want >= 1 {
@@ -17,9 +17,7 @@ func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 			a.Lease = LeaseAsk{ID: b.Lease, Min: 1, Max: want}
 		}
 	}
-	if b.Lease == 0 {
-		m.denyStarved(b, now, a)
-	}
+	wake := m.denyStarved(b, now, a)
 	switch {
 	case now.Before(b.RefusedUntil):
 		a.Wake = b.RefusedUntil
@@ -36,32 +34,97 @@ func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 			}
 		}
 	}
+	if !wake.IsZero() && (a.Wake.IsZero() || wake.Before(a.Wake)) {
+		a.Wake = wake
+	}
 }
 
-// denyStarved sends a blanket DENY_ALL to each stream that holds no
-// assignment of the window in place, enforces no older one and has not
-// been told to deny already: while a window is in place with no lease in
-// flight (what a stream did not get, it will not get before the window
-// ends, but from a lease a later report asks), or while the store has
-// said its window is spent. The deny lasts until that window's end,
-// rounded up to whole seconds.
-func (m *Machine) denyStarved(b *Bucket, now time.Time, a *Actions) {
-	end := b.Spent
-	if b.inWindow(now) {
-		end = b.Until
+// denyStarved sends a blanket DENY_ALL to each stream that must deny at
+// now and has none in force to the end it must reach, and returns the
+// next instant one may have to (zero: none). A stream must deny when it
+// holds no assignment it may still spend — none in the window, or one
+// within two Guards of its expiry — while the sidecar knows the store's
+// window (denyEnd). The deny lasts a second past that window's end,
+// rounded up to whole seconds, so that the next window's assignment,
+// leased at the end, normally replaces it before it ends; one that has
+// not by two Guards before the deny's end is covered by another.
+//
+// A stream that FailsClosed is never told: its Envoy denies without an
+// assignment. Under Envoy's default no_assignment_behavior, ALLOW_ALL, an
+// Envoy left
+// without an action in force admits without limit: for a whole window
+// when it got no share (2.0–3.1 L at 3L demand, issue 41), and for the
+// second or so between its assignment's expiry (before the window ends,
+// by Guard and the TTL's rounding) and the next window's assignment.
+// Whatever replaces an action is sent two Guards before the action ends:
+// one for its delivery, one for the tick that sends it running late, so
+// that it reaches the Envoy before the action ends there (the
+// pkg/gale/model RLQS model, delivery taking up to a Guard, finds a
+// replacement one Guard ahead tying with the expiry). An Envoy loses what
+// it had left of its share for at most two Guards.
+func (m *Machine) denyStarved(b *Bucket, now time.Time, a *Actions) (wake time.Time) {
+	end := m.denyEnd(b, now)
+	if end.IsZero() {
+		return time.Time{}
 	}
-	if !now.Before(end) {
-		return
+	ahead := 2 * m.guard()
+	ttl := (end.Sub(now) + time.Second - 1).Truncate(time.Second) + time.Second
+	soonest := func(t time.Time) {
+		if t.After(now) && (wake.IsZero() || t.Before(wake)) {
+			wake = t
+		}
 	}
-	ttl := (end.Sub(now) + time.Second - 1).Truncate(time.Second)
 	for i := range b.Streams {
 		st := &b.Streams[i]
-		if b.current(st, now) || now.Before(st.Live) || now.Before(st.Denied) {
+		if st.FailsClosed {
+			continue // its Envoy denies without an assignment
+		}
+		noSeal := m.Fault&FaultNoSeal != 0
+		if seal := st.Expires.Add(-ahead); now.Before(seal) {
+			if !noSeal {
+				soonest(seal) // it spends its assignment until then
+			}
 			continue
 		}
+		if noSeal && now.Before(st.Expires) {
+			continue
+		}
+		renew := st.Denied.Add(-ahead)
+		switch {
+		case !st.Denied.Before(end) && now.Before(renew):
+			soonest(renew) // told already
+			continue
+		case b.Lease != 0 && st.Asked == b.Lease && now.Before(renew):
+			soonest(renew) // its assignment is on its way
+			continue
+		case b.Lease != 0 && st.Denied.IsZero() && st.Expires.IsZero():
+			continue // a subscriber: its first answer follows a lease's landing
+		}
 		st.Denied = now.Add(ttl)
-		a.Assign = append(a.Assign, Assignment{Stream: st.ID, TTL: ttl, Deny: true})
+		soonest(st.Denied.Add(-ahead))
+		a.Assign = append(a.Assign, Assignment{Stream: st.ID, TTL: ttl, Deny: true, Seal: b.current(st, now)})
 	}
+	return wake
+}
+
+// denyEnd is the end of the store window a deny at now must last to: the
+// window in place; the one the store said is spent; or, after a window
+// the sidecar knew (one granted, or one refused), the next on its grid
+// (Window apart) while the store answers. Zero when the sidecar knows
+// none, or its last lease failed: the Envoys' own no_assignment_behavior
+// decides (fail open under ALLOW_ALL, closed under DENY_ALL), as before
+// any lease.
+func (m *Machine) denyEnd(b *Bucket, now time.Time) time.Time {
+	base := later(b.Until, b.Spent)
+	switch {
+	case b.inWindow(now):
+		return b.Until
+	case now.Before(b.Spent):
+		return b.Spent
+	case base.IsZero() || b.Failing || m.Window <= 0: // an unvalidated machine: no grid
+		return time.Time{}
+	}
+	return base.Add((now.Sub(base)/m.Window + 1) * m.Window)
 }
 
 // ask is what the bucket should lease at now for its streams without an
@@ -169,7 +232,8 @@ func (m *Machine) assign(b *Bucket, id uint64, now time.Time, granted int64, a *
 		if !b.current(st, now) {
 			st.Share = 0 // a share of an older window
 		}
-		st.Window, st.Share, st.Live = b.WindowEnd, st.Share+n, live
+		st.Window, st.Share, st.Live, st.Expires = b.WindowEnd, st.Share+n, live, now.Add(ttl)
+		st.Denied = time.Time{} // the assignment replaces it
 		b.Sent += n
 		granted -= n
 		b.buf = append(b.buf, Assignment{Stream: st.ID, MaxTokens: st.Share, TokensPerFill: 1, FillInterval: m.fillInterval(), TTL: ttl})

@@ -13,7 +13,11 @@ import (
 // over its 8 s TTL: 3), then report demands of 1 and 2 requests per
 // second; at the next window the sidecar leases their predicted demand
 // over the assignment's 9 s TTL (9 and 18) and assigns it, each to expire
-// before the window ends less the Guard, in whole seconds.
+// before the window ends less the Guard, in whole seconds. Each is told
+// DENY_ALL two Guards before its assignment expires, to a second past the
+// window's end (the next window's assignment replaces it): under Envoy's default
+// no_assignment_behavior, ALLOW_ALL, an expired assignment admits without
+// limit.
 func Example() {
 	m := rlqs.Machine{Limit: 30, Window: 10 * time.Second}
 	var b rlqs.Bucket
@@ -24,6 +28,10 @@ func Example() {
 	var do func(now time.Time, a rlqs.Actions)
 	do = func(now time.Time, a rlqs.Actions) {
 		for _, x := range a.Assign {
+			if x.Deny {
+				fmt.Printf("%v: stream %d told DENY_ALL for %v\n", now.Sub(t0), x.Stream, x.TTL)
+				continue
+			}
 			fmt.Printf("%v: stream %d gets %d tokens, 1 per %v, for %v\n", now.Sub(t0), x.Stream, x.MaxTokens, x.FillInterval, x.TTL)
 		}
 		if a.Return.Credits > 0 {
@@ -37,18 +45,26 @@ func Example() {
 		}
 	}
 	for s := rlqs.StreamID(1); s <= 2; s++ {
-		a, _ := m.Report(&b, t0.Add(time.Second), s, 0, 1, 0) // subscriptions
+		// Subscriptions: Envoy's immediate report of a first request,
+		// allowed under its default no_assignment_behavior, ALLOW_ALL.
+		a, _ := m.Report(&b, t0.Add(time.Second), s, 1, 0, 0)
 		do(t0.Add(time.Second), a)
 	}
 	a, _ := m.Report(&b, t0.Add(6*time.Second), 1, 5, 0, 5*time.Second)
 	do(t0.Add(6*time.Second), a)
 	a, _ = m.Report(&b, t0.Add(6*time.Second), 2, 4, 6, 5*time.Second)
 	do(t0.Add(6*time.Second), a)
-	fmt.Println("tick at", a.Wake.Sub(t0))
-	do(a.Wake, m.Tick(&b, a.Wake))
+	for range 2 {
+		fmt.Println("tick at", a.Wake.Sub(t0))
+		a = m.Tick(&b, a.Wake)
+		do(b.Last, a)
+	}
 	// Output:
 	// 1s: stream 1 gets 3 tokens, 1 per 20s, for 8s
 	// 1s: stream 2 gets 3 tokens, 1 per 20s, for 8s
+	// tick at 8.5s
+	// 8.5s: stream 1 told DENY_ALL for 3s
+	// 8.5s: stream 2 told DENY_ALL for 3s
 	// tick at 10s
 	// 10s: stream 1 gets 9 tokens, 1 per 20s, for 9s
 	// 10s: stream 2 gets 18 tokens, 1 per 20s, for 9s

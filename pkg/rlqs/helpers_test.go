@@ -62,6 +62,8 @@ type rig struct {
 	// hold keeps asked leases in flight instead of landing them.
 	hold    bool
 	pending []pendingLease
+	// wake is the instant the machine last asked to tick at.
+	wake time.Time
 }
 
 type sentAssignment struct {
@@ -84,6 +86,7 @@ func newRig(t testing.TB, m rlqs.Machine) *rig {
 
 // do carries out a's actions at now.
 func (r *rig) do(now time.Time, a rlqs.Actions) {
+	r.wake = a.Wake
 	if a.Return.Credits > 0 {
 		r.ret += a.Return.Credits
 		r.store.giveBack(a.Return)
@@ -116,6 +119,17 @@ func (r *rig) report(now time.Time, s rlqs.StreamID, allowed, denied uint64, ela
 
 func (r *rig) tick(now time.Time)                   { r.do(now, r.m.Tick(&r.b, now)) }
 func (r *rig) leave(now time.Time, s rlqs.StreamID) { r.do(now, r.m.Leave(&r.b, now, s)) }
+
+// until ticks the machine at each instant it asks for, up to to.
+func (r *rig) until(to time.Time) {
+	r.t.Helper()
+	for n := 0; !r.wake.IsZero() && !r.wake.After(to); n++ {
+		if n > 10_000 {
+			r.t.Fatalf("the machine keeps asking to tick at %v", r.wake.Sub(t0))
+		}
+		r.tick(r.wake)
+	}
+}
 
 // land lands the oldest held lease at now.
 func (r *rig) land(now time.Time) {

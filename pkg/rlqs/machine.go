@@ -87,6 +87,10 @@ const (
 	// FaultReassignOnLeave gives a leaving Envoy's share back to the store
 	// mid-window, while the Envoy may still enforce its cached assignment.
 	FaultReassignOnLeave
+	// FaultNoSeal sends no DENY_ALL ahead of an assignment's expiry: an
+	// Envoy under ALLOW_ALL admits unmetered from its expiry to the next
+	// window's assignment.
+	FaultNoSeal
 )
 
 // StreamID names one Envoy stream (one StreamRateLimitQuotas call) to the
@@ -120,6 +124,8 @@ type Bucket struct {
 	// this instant (sidecar clock): streams without an assignment are
 	// denied until it.
 	Spent time.Time
+	// Failing: the last lease failed (Failed); cleared when one lands.
+	Failing bool
 	// Last is the latest instant the bucket has seen; an earlier instant
 	// passed in is taken as Last.
 	Last time.Time
@@ -142,6 +148,17 @@ type Stream struct {
 	Window time.Time
 	Share  int64
 	Live   time.Time
+	// Expires is when the assignment's TTL ends counted from its sending
+	// (the Envoy's own expiry is no earlier): from two Guards before it,
+	// the stream is told DENY_ALL (see denyStarved), unless FailsClosed.
+	Expires time.Time
+	// FailsClosed: the stream subscribed with Envoy's immediate report of
+	// a denied first request (elapsed 0, nothing allowed), so its Envoy's
+	// no_assignment_behavior is DENY_ALL: an expired assignment leaves it
+	// denying, and it is never told DENY_ALL (see denyStarved). A stream that subscribed
+	// otherwise (a reconnect's periodic report, or a first request
+	// allowed: ALLOW_ALL, Envoy's default) is taken to admit without one.
+	FailsClosed bool
 	// Denied is when the blanket DENY_ALL the stream was last sent ends
 	// (see Assignment.Deny); zero: none sent.
 	Denied time.Time
@@ -172,6 +189,10 @@ type Assignment struct {
 	// assignment admitted without limit for the whole window (2.0–3.1 L
 	// at 3L demand, issue 41). MaxTokens is 0.
 	Deny bool
+	// Seal: a Deny to a stream that holds an assignment of the window in
+	// place, sent ahead of its expiry (denyStarved); otherwise the stream
+	// got no share of the window.
+	Seal bool
 }
 
 // LeaseAsk is a lease the driver asks the store for: Store.Lease(key, rule,
@@ -234,7 +255,9 @@ func (m *Machine) ReportFrom(b *Bucket, now time.Time, s StreamID, g uint64, all
 		if len(b.Streams) >= m.maxStreams() {
 			return Actions{}, fmt.Errorf("%w: %d", ErrTooManyStreams, len(b.Streams))
 		}
-		b.Streams = append(b.Streams, Stream{ID: s, Group: g})
+		// Envoy's immediate report of a bucket's first request (elapsed
+		// 0) counts it as its no_assignment_behavior decided it.
+		b.Streams = append(b.Streams, Stream{ID: s, Group: g, FailsClosed: elapsed == 0 && allowed == 0 && denied > 0})
 		i = len(b.Streams) - 1
 	}
 	now = b.clamp(now)
@@ -249,7 +272,7 @@ func (m *Machine) ReportFrom(b *Bucket, now time.Time, s StreamID, g uint64, all
 	var a Actions
 	if m.Fault&FaultRefreshTTL != 0 && b.current(st, now) {
 		ttl := m.Window.Truncate(time.Second)
-		st.Live = now.Add(ttl + m.guard())
+		st.Live, st.Expires = now.Add(ttl+m.guard()), now.Add(ttl)
 		b.out[0] = Assignment{Stream: s, MaxTokens: st.Share, TokensPerFill: 1, FillInterval: m.fillInterval(), TTL: ttl}
 		a.Assign = b.out[:]
 	}
@@ -304,7 +327,7 @@ func (m *Machine) Landed(b *Bucket, id uint64, sent, now time.Time, g gale.Grant
 		m.next(b, now, &a)
 		return a
 	}
-	b.Lease = 0
+	b.Lease, b.Failing = 0, false
 	if g.Granted == 0 {
 		b.RefusedUntil = later(sent.Add(g.Decision.RetryAfter), now.Add(m.guard()))
 		if g.Decision.RetryAfter > 0 {
@@ -347,7 +370,7 @@ func (m *Machine) Landed(b *Bucket, id uint64, sent, now time.Time, g gale.Grant
 func (m *Machine) Failed(b *Bucket, id uint64, now time.Time) Actions {
 	now = b.clamp(now)
 	if id != 0 && id == b.Lease {
-		b.Lease = 0
+		b.Lease, b.Failing = 0, true
 		b.RefusedUntil = now.Add(m.guard()) // not at once: the store is failing
 	}
 	var a Actions

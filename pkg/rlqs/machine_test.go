@@ -2,6 +2,7 @@ package rlqs_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,9 +14,19 @@ var m10 = rlqs.Machine{Limit: 50, Window: 10 * time.Second}
 
 // subscribe3 subscribes streams 1..3 in the first window and has them
 // report demands of 1, 2 and 7 requests per second.
-func subscribe3(r *rig) {
+// subscribe3 subscribes streams 1–3 as Envoys with no_assignment_behavior
+// DENY_ALL (their first request denied), and reports their demand at 5 s.
+func subscribe3(r *rig) { subscribe3As(r, false) }
+
+// subscribe3As is subscribe3 for Envoys whose first request is allowed
+// (allowAll: Envoy's default no_assignment_behavior, ALLOW_ALL) or denied.
+func subscribe3As(r *rig, allowAll bool) {
 	for s := rlqs.StreamID(1); s <= 3; s++ {
-		r.report(t0.Add(100*time.Millisecond), s, 0, 1, 0)
+		if allowAll {
+			r.report(t0.Add(100*time.Millisecond), s, 1, 0, 0)
+		} else {
+			r.report(t0.Add(100*time.Millisecond), s, 0, 1, 0)
+		}
 	}
 	r.report(t0.Add(5*time.Second), 1, 5, 0, 5*time.Second)
 	r.report(t0.Add(5*time.Second), 2, 0, 10, 5*time.Second)
@@ -154,14 +165,20 @@ func TestMidWindowSubscriberGetsOnlyUnassigned(t *testing.T) {
 	subscribe3(r2)
 	r2.tick(t0.Add(10 * time.Second))
 	n = len(r2.sent)
-	r2.report(t0.Add(12*time.Second), 4, 0, 1, 0)
+	r2.report(t0.Add(12*time.Second), 4, 1, 0, 0) // ALLOW_ALL: its first request admitted
 	if len(r2.sent) != n || r2.pending != nil {
 		t.Fatalf("subscriber to a fully leased window: sent %v", r2.sent[n:])
 	}
-	// It is told to deny until the window ends (at 20 s): under Envoy's
-	// default ALLOW_ALL it would admit unmetered.
-	if len(r2.denied) != 1 || r2.denied[0].Stream != 4 || r2.denied[0].TTL != 8*time.Second {
-		t.Fatalf("subscriber to a fully leased window: denied %v, want stream 4 alone, for 8 s", r2.denied)
+	// It is told to deny until a second past the window's end (at 20 s):
+	// under Envoy's default ALLOW_ALL it would admit unmetered.
+	var at12 []sentAssignment
+	for _, d := range r2.denied {
+		if d.at.Equal(t0.Add(12 * time.Second)) {
+			at12 = append(at12, d)
+		}
+	}
+	if len(at12) != 1 || at12[0].Stream != 4 || at12[0].TTL != 9*time.Second {
+		t.Fatalf("subscriber to a fully leased window: denied %v, want stream 4 alone, for 9 s", at12)
 	}
 	if r2.b.Lease != 0 {
 		t.Fatalf("lease %d asked of a fully leased window", r2.b.Lease)
@@ -458,9 +475,14 @@ func TestStoreAheadWaitsForLiveAssignments(t *testing.T) {
 	// The store's clock reads 10 s: its window 2.
 	a = m.Landed(&b, a.Lease.ID, at(8500*time.Millisecond), at(8600*time.Millisecond), gale.Grant{Granted: 30, Now: at(10 * time.Second), WindowEnd: at(20 * time.Second)})
 	for _, x := range a.Assign {
-		if x.Stream == 1 {
+		if x.Stream == 1 && !x.Deny { // a deny seals its bucket
 			t.Fatalf("stream 1 assigned while its window-1 bucket may live: %+v", x)
 		}
+	}
+	// Before it: the seal of stream 1's assignment (DENY_ALL two Guards
+	// before it expires).
+	for a.Wake.Before(live) {
+		a = m.Tick(&b, a.Wake)
 	}
 	if !a.Wake.Equal(live) {
 		t.Fatalf("wake at %v, want %v (stream 1's assignment dead)", a.Wake.Sub(t0), live.Sub(t0))
@@ -482,11 +504,11 @@ func TestStoreAheadWaitsForLiveAssignments(t *testing.T) {
 // leased the whole window; this one's lease is refused, and each of its
 // streams is told DENY_ALL until the store's window ends, once: under
 // Envoy's default no_assignment_behavior (ALLOW_ALL) they admitted
-// without limit for the whole window. The next window's assignments
-// replace it.
+// without limit for the whole window. The deny lasts a second past the
+// window's end; the next window's assignments replace it.
 func TestStarvedStreamsAreDenied(t *testing.T) {
 	r := newRig(t, m10)
-	subscribe3(r)
+	subscribe3As(r, true)
 	r.store.roll(t0.Add(10 * time.Second))
 	r.store.used = r.store.limit // the other sidecar's
 	r.tick(t0.Add(10 * time.Second))
@@ -494,8 +516,8 @@ func TestStarvedStreamsAreDenied(t *testing.T) {
 		t.Fatalf("denied %v, want the three streams", r.denied)
 	}
 	for _, d := range r.denied {
-		if d.TTL != 10*time.Second || d.MaxTokens != 0 {
-			t.Errorf("%v: want DENY_ALL for the 10 s to the window's end", d)
+		if d.TTL != 11*time.Second || d.MaxTokens != 0 {
+			t.Errorf("%v: want DENY_ALL for the 10 s to the window's end and a second more", d)
 		}
 	}
 	r.report(t0.Add(15*time.Second), 1, 0, 9, 5*time.Second)
@@ -506,5 +528,74 @@ func TestStarvedStreamsAreDenied(t *testing.T) {
 	r.tick(t0.Add(20 * time.Second))
 	if got := r.shares(n); len(got) != 3 {
 		t.Fatalf("next window: %v, want the three streams assigned", r.sent[n:])
+	}
+
+	// Envoys whose first request was denied (no_assignment_behavior
+	// DENY_ALL) deny without an assignment: they are told nothing.
+	r = newRig(t, m10)
+	subscribe3(r)
+	r.store.roll(t0.Add(10 * time.Second))
+	r.store.used = r.store.limit
+	r.tick(t0.Add(10 * time.Second))
+	r.until(t0.Add(40 * time.Second))
+	if len(r.denied) != 0 {
+		t.Fatalf("Envoys that fail closed told %v", r.denied)
+	}
+}
+
+// TestEnvoysAreNeverLeftUncovered (issue 41): from its first assignment
+// on, each stream always holds a token bucket or a DENY_ALL the sidecar
+// sent (taken as arriving when sent): under Envoy's default
+// no_assignment_behavior, ALLOW_ALL, an Envoy with neither admits without
+// limit. Before, an assignment expired Guard and the TTL's rounding before
+// its window ended, leaving the Envoy unmetered until the next window's
+// arrived; and an Envoy whose demand was known to be 0 was sent nothing
+// in the next window, so its next burst went unmetered until its report.
+// Three streams over six windows of 10 s, L = 50: one at 2 per second,
+// one quiet after its first request, one hot at 10 per second.
+func TestEnvoysAreNeverLeftUncovered(t *testing.T) {
+	r := newRig(t, m10)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for s := rlqs.StreamID(1); s <= 3; s++ {
+		r.report(at(1500*time.Millisecond), s, 1, 0, 0)
+	}
+	end := at(60 * time.Second)
+	for tick := at(6500 * time.Millisecond); tick.Before(end); tick = tick.Add(5 * time.Second) {
+		r.until(tick)
+		r.report(tick, 1, 10, 0, 5*time.Second)
+		r.report(tick, 2, 0, 0, 5*time.Second)
+		r.report(tick, 3, 20, 30, 5*time.Second)
+	}
+	r.until(end)
+	for s := rlqs.StreamID(1); s <= 3; s++ {
+		var told []sentAssignment
+		for _, x := range append(append([]sentAssignment(nil), r.sent...), r.denied...) {
+			if x.Stream == s {
+				told = append(told, x)
+			}
+		}
+		slices.SortFunc(told, func(a, b sentAssignment) int { return a.at.Compare(b.at) })
+		if len(told) == 0 {
+			t.Fatalf("stream %d: told nothing", s)
+		}
+		covered := told[0].at
+		for i, x := range told {
+			if x.at.After(covered) {
+				t.Errorf("stream %d: nothing in force from %v to %v (told %v)", s, covered.Sub(t0), x.at.Sub(t0), told[max(i-1, 0):i+1])
+			}
+			covered = x.at.Add(x.TTL) // the newest replaces what was in force
+		}
+		if covered.Before(end) {
+			t.Errorf("stream %d: nothing in force from %v to the run's end", s, covered.Sub(t0))
+		}
+	}
+	perWindow := map[time.Time]int64{}
+	for _, x := range r.sent {
+		perWindow[x.until] += x.MaxTokens
+	}
+	for w, n := range perWindow {
+		if n > m10.Limit {
+			t.Errorf("window ending %v: assigned %d > L %d", w.Sub(t0), n, m10.Limit)
+		}
 	}
 }

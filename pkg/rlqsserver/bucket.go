@@ -90,7 +90,9 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 	if u.allowed+u.denied > 0 {
 		s.active = now
 	}
-	b.resolveIfStaleLocked(u.id, now)
+	if b.resolveIfStaleLocked(u.id, now) {
+		return true // every stream told, this one too
+	}
 	switch b.kind {
 	case ratelimit.QuotaLimited:
 		b.srv.stats.rule(b.rule(), func(r *RuleStats) {
@@ -107,12 +109,8 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 			return true
 		}
 		b.doLocked(acts, now)
-	case ratelimit.QuotaNoLimit:
-		b.blanketLocked(str, typev3.RateLimitStrategy_ALLOW_ALL, "no_limit")
-	case ratelimit.QuotaBlocked:
-		b.blanketLocked(str, typev3.RateLimitStrategy_DENY_ALL, "blocked")
 	default:
-		b.blanketLocked(str, typev3.RateLimitStrategy_DENY_ALL, "refused")
+		b.blanketKindLocked(str)
 	}
 	return true
 }
@@ -121,13 +119,19 @@ func (b *bucket) report(str *stream, u *usage, now time.Time) bool {
 // unless it was resolved at the resolver's current generation. The
 // generation is read before resolving, so a reload that races the
 // resolution makes the next report resolve again: the bucket never keeps
-// an answer older than the generation it records.
-func (b *bucket) resolveIfStaleLocked(id map[string]string, now time.Time) {
+// an answer older than the generation it records. When a bucket that was
+// resolved turns to a blanket answer (a cut to 0, no limit, a refusal),
+// every stream subscribed is told at once, not only the one whose report
+// noticed: an Envoy under ALLOW_ALL whose DENY_ALL ran out before its own
+// next report admitted unmetered meanwhile. It reports whether it told
+// them.
+func (b *bucket) resolveIfStaleLocked(id map[string]string, now time.Time) (told bool) {
 	r := b.srv.opts.Resolver
 	g := r.QuotaGeneration()
 	if b.resolved && g == b.policyGen {
-		return
+		return false
 	}
+	was, prev := b.resolved, b.kind
 	q, err := r.ResolveQuota(b.domain, id)
 	if err != nil {
 		q = ratelimit.Quota{Kind: ratelimit.QuotaRefused, Refused: err}
@@ -135,6 +139,26 @@ func (b *bucket) resolveIfStaleLocked(id map[string]string, now time.Time) {
 	b.resolveLocked(q, now)
 	b.resolved, b.policyGen = !q.UnknownDomain, g
 	b.rejoinLocked(now)
+	if !was || b.kind == prev || b.kind == ratelimit.QuotaLimited {
+		return false
+	}
+	for _, s := range b.subs {
+		b.blanketKindLocked(s.st)
+	}
+	return true
+}
+
+// blanketKindLocked tells str the blanket answer of the bucket's kind,
+// which is not QuotaLimited.
+func (b *bucket) blanketKindLocked(str *stream) {
+	switch b.kind {
+	case ratelimit.QuotaNoLimit:
+		b.blanketLocked(str, typev3.RateLimitStrategy_ALLOW_ALL, "no_limit")
+	case ratelimit.QuotaBlocked:
+		b.blanketLocked(str, typev3.RateLimitStrategy_DENY_ALL, "blocked")
+	default:
+		b.blanketLocked(str, typev3.RateLimitStrategy_DENY_ALL, "refused")
+	}
 }
 
 // rejoinLocked subscribes to a limited bucket's machine every stream the
@@ -220,10 +244,15 @@ func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 	for _, a := range acts.Assign {
 		s := b.subs[rlqs.StreamID(a.Stream)]
 		if a.Deny {
-			// No share of the window: deny until it ends, rather than
-			// leave the Envoy to its no-assignment behaviour.
+			// No share of the window, or a share about to expire: deny
+			// until it ends, rather than leave the Envoy to its
+			// no-assignment behaviour.
 			if s != nil {
-				b.srv.stats.add(func(t *stats) { t.blanket[BlanketReason{Action: "deny_all", Reason: "no_share"}]++ })
+				reason := "no_share"
+				if a.Seal {
+					reason = "expiring"
+				}
+				b.srv.stats.add(func(t *stats) { t.blanket[BlanketReason{Action: "deny_all", Reason: reason}]++ })
 				s.st.push(b.key, b.action(&typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}, a.TTL))
 			}
 			continue
@@ -331,23 +360,9 @@ func (b *bucket) tick() {
 		return
 	}
 	now := b.srv.clk.Now()
-	b.resolveIfStaleLocked(b.id.GetBucket(), now)
-	switch b.kind {
-	case ratelimit.QuotaLimited:
+	b.resolveIfStaleLocked(b.id.GetBucket(), now) // tells every stream when the limit went away
+	if b.kind == ratelimit.QuotaLimited {
 		b.doLocked(b.machine.Tick(&b.state, now), now)
-		return
-	case ratelimit.QuotaNoLimit:
-		for _, s := range b.subs {
-			b.blanketLocked(s.st, typev3.RateLimitStrategy_ALLOW_ALL, "no_limit")
-		}
-	case ratelimit.QuotaBlocked:
-		for _, s := range b.subs {
-			b.blanketLocked(s.st, typev3.RateLimitStrategy_DENY_ALL, "blocked")
-		}
-	default:
-		for _, s := range b.subs {
-			b.blanketLocked(s.st, typev3.RateLimitStrategy_DENY_ALL, "refused")
-		}
 	}
 }
 

@@ -180,10 +180,10 @@ func TestAGreedyReporterGetsOnlyWhatHonestOnesLeave(t *testing.T) {
 		e.report(true, usage{bucket: tenantA, allowed: 1, elapsed: 5 * time.Second})
 	}
 	clk.Set(t0.Add(window))
-	greedy, _ := tokens(t, es[0].next(tenantA))
+	greedy, _ := tokens(t, es[0].nextGrant(tenantA))
 	sum := greedy
 	for i, e := range es[1:] {
-		n, _ := tokens(t, e.next(tenantA))
+		n, _ := tokens(t, e.nextGrant(tenantA))
 		sum += n
 		if n < 12 {
 			t.Errorf("honest Envoy %d got %d, want its demand of 12 (0.2/s over the 59 s TTL): the greedy one got %d", i+1, n, greedy)

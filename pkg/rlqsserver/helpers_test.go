@@ -213,6 +213,20 @@ func (e *envoy) next(bucket map[string]string) *rlqspb.RateLimitQuotaResponse_Bu
 	}
 }
 
+// nextGrant is next's first action for bucket that is not a blanket
+// DENY_ALL: an Envoy that admits without an assignment (its first request
+// was allowed) is told DENY_ALL ahead of each assignment's expiry, and
+// the next window's assignment follows.
+func (e *envoy) nextGrant(bucket map[string]string) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	e.t.Helper()
+	for {
+		a := e.next(bucket)
+		if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+			return a
+		}
+	}
+}
+
 // pending returns the actions received so far for bucket, without waiting.
 func (e *envoy) pending(bucket map[string]string) []*rlqspb.RateLimitQuotaResponse_BucketAction {
 	for {

@@ -90,8 +90,8 @@ func twoStreams(t *testing.T, sc *sidecar, clk *clock.Fake) (a, b *envoy, na, nb
 	a.report(true, usage{bucket: tenantA, allowed: 5, elapsed: 5 * time.Second})
 	b.report(true, usage{bucket: tenantA, allowed: 2, denied: 1, elapsed: 6 * time.Second})
 	clk.Set(t0.Add(window))
-	na, ttlA := tokens(t, a.next(tenantA))
-	nb, ttlB := tokens(t, b.next(tenantA))
+	na, ttlA := tokens(t, a.nextGrant(tenantA))
+	nb, ttlB := tokens(t, b.nextGrant(tenantA))
 	if ttlA != window-time.Second || ttlB != ttlA {
 		t.Errorf("TTLs %v and %v, want %v (window less the guard, in whole seconds)", ttlA, ttlB, window-time.Second)
 	}
@@ -402,12 +402,12 @@ func TestTwoLimitsBothBind(t *testing.T) {
 	clk.Set(t0.Add(30 * time.Second))
 	e.report(true, usage{bucket: two, allowed: 100, denied: 100, elapsed: 20 * time.Second}) // 10/s: more than either limit
 	clk.Set(t0.Add(window))
-	n2, _ := tokens(t, e.next(two))
+	n2, _ := tokens(t, e.nextGrant(two))
 	settled(t, sc)
 	clk.Set(t0.Add(window + 30*time.Second))
 	e.report(true, usage{bucket: two, allowed: 50, denied: 250, elapsed: 30 * time.Second})
 	clk.Set(t0.Add(2 * window))
-	n3, _ := tokens(t, e.next(two))
+	n3, _ := tokens(t, e.nextGrant(two))
 	settled(t, sc)
 	t.Logf("minute 1: %d, minute 2: %d, minute 3: %d (hour: 60)", n1, n2, n3)
 	if n1 != 6 || n2 != 50 {

@@ -59,7 +59,7 @@ type Stats struct {
 // BlanketReason is why a blanket action was sent.
 type BlanketReason struct {
 	Action string // allow_all or deny_all
-	Reason string // no_limit, blocked, refused, no_share (a subscribed stream left without a share of its window)
+	Reason string // no_limit, blocked, refused, no_share (a subscribed stream left without a share of its window), expiring (its share about to expire before the window ends)
 }
 
 // stats is the server's counters; safe for concurrent use.

@@ -72,6 +72,13 @@ type RLQSConfig struct {
 	// Ratio: a replaced bucket starts at the old one's remaining ratio
 	// (newer Envoys); false: full (older ones, the worse case).
 	Ratio bool
+	// AllowAll: the Envoys' no_assignment_behavior is Envoy's default,
+	// ALLOW_ALL, not DENY_ALL. A bucket's first request is admitted, and
+	// so is any request while the Envoy holds no action in force: before
+	// its first answer (excused: the bound is then L plus one first
+	// request per Envoy) or after (not excused: an expiry the sidecar
+	// did not cover). Without resets, deaths or latency past the Guard.
+	AllowAll bool
 	// Fault breaks every sidecar's machine (tests only).
 	Fault rlqs.Fault
 }
@@ -87,6 +94,8 @@ func (c RLQSConfig) Validate() error {
 		return fmt.Errorf("%w: report every %d, latency %d: want 2..16, 0..3", ErrInvalidConfig, c.ReportEvery, c.MaxLatency)
 	case c.Resets < 0 || c.Resets > 2 || c.Deaths < 0 || c.Deaths > 1:
 		return fmt.Errorf("%w: %d resets, %d deaths: want 0..2, 0..1", ErrInvalidConfig, c.Resets, c.Deaths)
+	case c.AllowAll && (c.Resets > 0 || c.Deaths > 0):
+		return fmt.Errorf("%w: ALLOW_ALL with resets or deaths: an Envoy without a stream admits unmetered once its assignment expires", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -95,8 +104,9 @@ func (c RLQSConfig) Validate() error {
 type RLQSState struct {
 	// Q is the instant, in quanta from the start; Used what the store has
 	// leased in the window in place; Admitted what the Envoys admitted in
-	// it (by their clock, the same one).
-	Q, Used, Admitted int
+	// it (by their clock, the same one); First how many of those were
+	// admitted before their Envoy's first answer (AllowAll: excused).
+	Q, Used, Admitted, First int
 	// Resets and Deaths are the stream resets and sidecar deaths so far.
 	Resets, Deaths int
 	Envoys         []RLQSEnvoy
@@ -108,8 +118,9 @@ type RLQSEnvoy struct {
 	// Sidecar is the sidecar its stream is on, -1 for none; Gen counts the
 	// streams it opened (the stream's name with the Envoy's index).
 	Sidecar, Gen int
-	// Subscribed: its first request has been made and reported.
-	Subscribed bool
+	// Subscribed: its first request has been made and reported; Told: an
+	// action has reached it since.
+	Subscribed, Told bool
 	// The token bucket, when Has: Max is max_tokens; Tokens are in units
 	// of 1/PerToken token (PerToken = quanta per refilled token); it admits
 	// at instants before Expiry.
@@ -298,10 +309,22 @@ func (c RLQSConfig) Next(s RLQSState) []RLQSTransition {
 		t := s.clone()
 		te := &t.Envoys[e]
 		switch {
+		case !env.Subscribed && env.Sidecar >= 0 && c.AllowAll:
+			te.Subscribed, te.LastReport, te.Allowed = true, s.Q, 1
+			t.Admitted++
+			t.First++
+			c.report(&t, e, 0)
+			add("first request, admitted and reported", e, 0, t)
 		case !env.Subscribed && env.Sidecar >= 0:
 			te.Subscribed, te.LastReport = true, s.Q
 			c.report(&t, e, 1)
 			add("first request, denied and reported", e, 0, t)
+		case env.Subscribed && !env.Has && c.AllowAll && env.Told && t.Admitted-t.First <= c.Limit:
+			// ALLOW_ALL with nothing in force: unmetered (once past L,
+			// the bound is broken: no need to go on).
+			te.Allowed++
+			t.Admitted++
+			add("admits, with nothing in force", e, 0, t)
 		case env.Subscribed && env.Has && env.Tokens >= env.PerToken:
 			te.Tokens -= env.PerToken
 			te.Allowed++
@@ -373,7 +396,7 @@ func (c RLQSConfig) Next(s RLQSState) []RLQSTransition {
 		t := s.clone()
 		t.Q++
 		if t.Q%c.quantaPerWindow() == 0 {
-			t.Admitted, t.Used = 0, 0
+			t.Admitted, t.Used, t.First = 0, 0, 0
 		}
 		for e := range t.Envoys {
 			env := &t.Envoys[e]
@@ -396,6 +419,7 @@ func (c RLQSConfig) Next(s RLQSState) []RLQSTransition {
 func receive(env *RLQSEnvoy, q int, ratio bool) {
 	msg := env.Inbox[0]
 	env.Inbox = env.Inbox[1:]
+	env.Told = true
 	switch {
 	case msg.Deny:
 		// A blanket DENY_ALL: no bucket, nothing admitted until it
@@ -440,18 +464,19 @@ func (c RLQSConfig) key(s RLQSState) string {
 	// none): whether that lease was asked for it is what its landing reads.
 	stream := func(st rlqs.Stream, lease uint64) {
 		b = binary.AppendUvarint(b, math.Float64bits(st.Rate))
-		v(b2int(st.Known) | b2int(lease != 0 && st.Asked == lease)<<1)
+		v(b2int(st.Known) | b2int(lease != 0 && st.Asked == lease)<<1 | b2int(st.FailsClosed)<<2)
 		tm(st.Window)
 		v(int(st.Share))
 		tm(st.Live)
 		tm(st.Denied)
+		tm(st.Expires)
 	}
 	matched := 0
 	envoys := make([]string, len(s.Envoys))
 	for i, e := range s.Envoys {
 		b = b[:0]
 		v(e.Sidecar)
-		v(b2int(e.Subscribed) | b2int(e.Has)<<1 | b2int(e.Replaced)<<2)
+		v(b2int(e.Subscribed) | b2int(e.Has)<<1 | b2int(e.Replaced)<<2 | b2int(e.Told)<<3)
 		v(e.Max)
 		v(e.Tokens)
 		v(e.PerToken)
@@ -488,6 +513,7 @@ func (c RLQSConfig) key(s RLQSState) string {
 	v(s.Q)
 	v(s.Used)
 	v(s.Admitted)
+	v(s.First)
 	v(s.Resets)
 	v(s.Deaths)
 	for _, sc := range s.Sidecars {
@@ -501,6 +527,7 @@ func (c RLQSConfig) key(s RLQSState) string {
 		v(b2int(bk.Lease != 0))
 		tm(bk.RefusedUntil)
 		tm(bk.Spent)
+		v(b2int(bk.Failing))
 		v(len(bk.Streams))
 		if r := sc.Reply; r != nil {
 			v(int(r.Grant.Granted))
@@ -549,9 +576,10 @@ func ExploreRLQS(c RLQSConfig, most int, stop func(RLQSState) bool) (*RLQSSpace,
 }
 
 // Holds reports whether s keeps the bound: the window in place admits at
-// most L, and the store never leases more than L of it.
+// most L (under AllowAll, besides what Envoys admitted before their first
+// answer), and the store never leases more than L of it.
 func (c RLQSConfig) Holds(s RLQSState) bool {
-	return s.Admitted <= c.Limit && s.Used >= 0 && s.Used <= c.Limit
+	return s.Admitted-s.First <= c.Limit && s.Used >= 0 && s.Used <= c.Limit
 }
 
 // Find returns a shortest path to a state breaking Holds, and false when
@@ -560,11 +588,12 @@ func (sp *RLQSSpace) Find(c RLQSConfig) ([]RLQSStep, RLQSState, bool) {
 	return sp.first(func(s RLQSState) bool { return !c.Holds(s) })
 }
 
-// MostAdmitted is the most any window admits in any state.
+// MostAdmitted is the most any window admits in any state, besides the
+// requests AllowAll admits before their Envoy's first answer.
 func (sp *RLQSSpace) MostAdmitted() int {
 	most := 0
 	for _, s := range sp.states {
-		most = max(most, s.Admitted)
+		most = max(most, s.Admitted-s.First)
 	}
 	return most
 }

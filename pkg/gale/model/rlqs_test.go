@@ -61,6 +61,16 @@ var (
 		}
 		return idle && held == c.Limit
 	}
+	// sealed: an Envoy that held a token bucket in the window in place is
+	// told DENY_ALL before the window ends (an assignment's seal).
+	sealed = func(c RLQSConfig, s RLQSState) bool {
+		for _, e := range s.Envoys {
+			if e.Has && e.Max == 0 && e.Expiry > (s.Q/c.quantaPerWindow()+1)*c.quantaPerWindow() && s.Q%c.quantaPerWindow() != 0 {
+				return true
+			}
+		}
+		return false
+	}
 	// resetInWindow: a stream reset while its Envoy held a live bucket.
 	resetInWindow = func(c RLQSConfig, s RLQSState) bool {
 		for _, e := range s.Envoys {
@@ -80,15 +90,18 @@ var rlqsSpaces = []struct {
 	reaches             func(RLQSConfig, RLQSState) bool
 	states, transitions int
 }{
-	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 37364, 60868},
-	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 33803, 70524},
-	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 130970, 298250},
-	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 19583, 36834},
-	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 83585, 184562},
-	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 92887, 215023},
-	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 15293, 24300},
-	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 14387, 22782},
-	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 29820, 52005},
+	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 19728, 30914},
+	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 26625, 56777},
+	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 98052, 221595},
+	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 11948, 22850},
+	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 44489, 93806},
+	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 83011, 193400},
+	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 14424, 24652},
+	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 13402, 22625},
+	{"two Envoys, one sidecar, ALLOW_ALL, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1, AllowAll: true}, sealed, 85007, 170743},
+	{"three Envoys, one sidecar, ALLOW_ALL", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, AllowAll: true}, starved, 170685, 588576},
+	{"two Envoys on two sidecars, ALLOW_ALL, three windows", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 3, ReportEvery: 4, AllowAll: true}, sealed, 309531, 980408},
+	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 34738, 60325},
 }
 
 // TestRLQSBound explores the real assignment machine (pkg/rlqs) on each
@@ -148,9 +161,10 @@ func TestRLQSFaultsAreFound(t *testing.T) {
 	}{
 		{"TTL rounded up, no Guard", with(rlqs.FaultCeilTTL, nil), 14},
 		{"TTL without the Guard, latency ≤ Guard", with(rlqs.FaultNoGuard, func(c *RLQSConfig) { c.MaxLatency = 1 }), 14},
-		{"a top-up charged only its increase", with(rlqs.FaultTopUpDifference, nil), 16},
+		{"a top-up charged only its increase", with(rlqs.FaultTopUpDifference, nil), 15},
 		{"an equal resend on each report", with(rlqs.FaultRefreshTTL, func(c *RLQSConfig) { c.ReportEvery = 2 }), 13},
-		{"a leaving Envoy's share given back", with(rlqs.FaultReassignOnLeave, func(c *RLQSConfig) { c.Resets = 1 }), 17},
+		{"a leaving Envoy's share given back", with(rlqs.FaultReassignOnLeave, func(c *RLQSConfig) { c.Resets = 1 }), 16},
+		{"no DENY_ALL ahead of an expiry, ALLOW_ALL", with(rlqs.FaultNoSeal, func(c *RLQSConfig) { c.AllowAll = true }), 8},
 		{"a leaving Envoy's share given back, two sidecars", with(rlqs.FaultReassignOnLeave, func(c *RLQSConfig) { c.Resets, c.Sidecars, c.Limit = 1, 2, 1 }), 9},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkRLQSFound(t, tc.cfg, tc.steps) })
