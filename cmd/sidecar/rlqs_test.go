@@ -155,8 +155,8 @@ func TestServeRLQSOverMutualTLS(t *testing.T) {
 	assigned(t, a)
 }
 
-// TestRLQSFlags: the guard and the idle abandon are checked, saying what
-// to write.
+// TestRLQSFlags: the guard, the idle abandon and the store timeout are
+// checked, saying what to write.
 func TestRLQSFlags(t *testing.T) {
 	for _, tc := range []struct {
 		flags []string
@@ -166,13 +166,15 @@ func TestRLQSFlags(t *testing.T) {
 		{[]string{"--rlqs-guard", "2s"}, "--rlqs-guard 2s"},
 		{[]string{"--rlqs-abandon-idle", "10s"}, "--rlqs-abandon-idle 10s: at least 1m"},
 		{[]string{"--rlqs-abandon-idle", "-1m"}, "must be ≥ 0"},
+		{[]string{"--rlqs-store-timeout", "5ms"}, "--rlqs-store-timeout 5ms: want 10ms to 1m"},
+		{[]string{"--rlqs-store-timeout", "2m"}, "--rlqs-store-timeout 2m0s: want 10ms to 1m"},
 	} {
 		_, err := parseServe(append([]string{"--rlqs"}, tc.flags...), env(nil), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.flags, err, tc.want)
 		}
 	}
-	if _, err := parseServe([]string{"--rlqs", "--rlqs-guard", "500ms", "--rlqs-abandon-idle", "0"}, env(nil), io.Discard); err != nil {
+	if _, err := parseServe([]string{"--rlqs", "--rlqs-guard", "500ms", "--rlqs-abandon-idle", "0", "--rlqs-store-timeout", "2s"}, env(nil), io.Discard); err != nil {
 		t.Errorf("valid flags refused: %v", err)
 	}
 }

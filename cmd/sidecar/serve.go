@@ -73,6 +73,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 
 	var store gale.Store
 	var rs *redisstore.Store
+	var quotaStore *instrumentedStore // RLQS's, when it has its own
 	var client redis.UniversalClient
 	var ping pinger
 	switch c.store {
@@ -91,6 +92,23 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		defer rs.Close()
 		store = rs
 		ping = func(ctx context.Context) error { return client.Ping(ctx).Err() }
+		if c.rlqs.enabled {
+			// Leases and give-backs on a pool of their own, whose round
+			// trips may take --rlqs-store-timeout: a request's store
+			// calls keep theirs, and a slow lease holds none of their
+			// connections.
+			qc, err := redisClientFor("--redis-url", c.redisURL, c.rlqs.storeTimeout, nil)
+			if err != nil {
+				return err
+			}
+			defer qc.Close()
+			qs, err := redisstore.New(qc, redisstore.Options{ServerTime: true, Timeout: c.rlqs.storeTimeout})
+			if err != nil {
+				return err
+			}
+			defer qs.Close()
+			quotaStore = &instrumentedStore{Store: qs}
+		}
 		log.Info("store: redis", "url", Redact(c.redisURL))
 	default:
 		store = memstore.New()
@@ -121,13 +139,20 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if fed != nil {
 		defer fed.close()
 	}
-	eng, err := engine.New(engineOptions(c, engStore, fed, fleet, log))
+	eo := engineOptions(c, engStore, fed, fleet, log)
+	if quotaStore != nil {
+		eo.QuotaStore = quotaStore
+	}
+	eng, err := engine.New(eo)
 	if err != nil {
 		return err
 	}
 	m := newMetrics(eng, rs)
 	m.fed = fed
 	fwd.m = m
+	if quotaStore != nil {
+		quotaStore.m = m
+	}
 
 	// One background probe says whether the store answers, for
 	// throttlekit_store_up, /readyz and grpc.health.v1 alike. The
@@ -332,7 +357,7 @@ func newQuotaServer(c *serveConfig, eng *engine.Engine, m *metrics, log *slog.Lo
 	if !c.rlqs.enabled {
 		return nil, nil
 	}
-	opts := c.rlqs.options(c.storeTimeout)
+	opts := c.rlqs.options()
 	opts.Resolver, opts.Logger = eng, log
 	quota, err := rlqsserver.New(opts)
 	if err != nil {

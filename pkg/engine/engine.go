@@ -28,6 +28,11 @@ import (
 type Options struct {
 	// Store is the shared tier every limiter asks.
 	Store gale.Store
+	// QuotaStore is the store the Rate Limit Quota Service leases from and
+	// gives back to (ResolveQuota's leasers), when not Store: the same
+	// counters, reached on no request's path, so a round trip may take
+	// longer than a request's. nil means Store.
+	QuotaStore gale.Store
 	// Shadow puts every rule in shadow mode: counted, never enforced.
 	Shadow bool
 	// StoreTimeout bounds each request's store calls together (one

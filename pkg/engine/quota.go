@@ -72,7 +72,7 @@ func (e *Engine) ResolveQuota(domain string, bucket map[string]string) (ratelimi
 		key := string(appendRuleKey(nil, r.keyPrefix, path, values))
 		q.Limits = append(q.Limits, ratelimit.QuotaLimit{
 			Rule: r.ref, Limit: r.galeRule.Limit, Window: r.window(), Key: key,
-			Leaser: quotaLeaser{store: e.store, rule: r.galeRule},
+			Leaser: quotaLeaser{store: e.quotaStore(), rule: r.galeRule},
 		})
 	}
 	if len(q.Limits) > 0 {
@@ -205,6 +205,15 @@ func (e *Engine) QuotaRefusals() []error {
 		}
 	}
 	return errs
+}
+
+// quotaStore is the store quota leases go to: Options.QuotaStore, else
+// the engine's.
+func (e *Engine) quotaStore() gale.Store {
+	if e.opts.QuotaStore != nil {
+		return e.opts.QuotaStore
+	}
+	return e.store
 }
 
 // quotaLeaser leases units of a rule's counters from the engine's store.

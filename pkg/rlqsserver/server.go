@@ -45,7 +45,11 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultStoreTimeout = 50 * time.Millisecond
+	// DefaultStoreTimeout bounds a lease or a give-back. They are on no
+	// request's path: a lease abandoned after 50 ms under CPU load, or
+	// across a 3 s Redis pause, still ran in Redis, and its units were
+	// lost to its window (0 of 400 admitted, issue 41).
+	DefaultStoreTimeout = 5 * time.Second
 	// DefaultBlanketTTL is how long a blanket action lives at the Envoy;
 	// it is sent again on each of the bucket's reports (every 5 s).
 	DefaultBlanketTTL = 30 * time.Second
@@ -75,7 +79,9 @@ type Options struct {
 	// Guard is how long before its window's end an assignment expires, to
 	// cover one-way delivery (0: rlqs.DefaultGuard, 250 ms).
 	Guard time.Duration
-	// StoreTimeout bounds each store call (0: DefaultStoreTimeout).
+	// StoreTimeout bounds each lease and give-back (0:
+	// DefaultStoreTimeout). The store's own round-trip bound (a Redis
+	// store's Timeout, its client's read timeout) must allow as long.
 	StoreTimeout time.Duration
 	// BlanketTTL is a blanket action's time to live (0: DefaultBlanketTTL;
 	// at least a second).
