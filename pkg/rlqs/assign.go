@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/throttlekit/throttlekit/pkg/gale"
@@ -282,6 +283,38 @@ func (m *Machine) maxStreams() int {
 		return DefaultMaxStreams
 	}
 	return m.MaxStreams
+}
+
+// enforced reports whether st's Envoy may still enforce at now what it was
+// sent: an assignment until Live, a deny until Denied.
+func (st *Stream) enforced(now time.Time) bool {
+	return now.Before(st.Live) || now.Before(st.Denied)
+}
+
+// keepLeft keeps the record of st, which is leaving at now, while its
+// Envoy may still enforce what it was sent (Bucket.Left), dropping the
+// records that no longer matter; at most most are kept, the oldest going
+// first.
+func (b *Bucket) keepLeft(st Stream, now time.Time, most int) {
+	b.Left = slices.DeleteFunc(b.Left, func(l Stream) bool { return !l.enforced(now) || l.Group == st.Group })
+	if !st.enforced(now) {
+		return
+	}
+	if len(b.Left) >= most {
+		b.Left = append(b.Left[:0], b.Left[len(b.Left)-most+1:]...)
+	}
+	b.Left = append(b.Left, st)
+}
+
+// findLeft returns the index in Left of the record of group g's stream
+// whose Envoy may still enforce what it was sent at now, -1 for none.
+func (b *Bucket) findLeft(g uint64, now time.Time) int {
+	for j := range b.Left {
+		if b.Left[j].Group == g && b.Left[j].enforced(now) {
+			return j
+		}
+	}
+	return -1
 }
 
 // find returns the index of stream s, -1 when it is not subscribed.

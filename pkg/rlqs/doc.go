@@ -42,9 +42,12 @@
 // against what the sidecar leased for its window. Nothing sent is ever
 // given back or reassigned within its window: an Envoy that leaves keeps
 // enforcing its cached assignment until its TTL, so its share comes back
-// only when the window ends. An Envoy that subscribes mid-window (the
-// first report of the bucket on its stream; a reconnect is a new
-// subscriber) gets only what is not assigned: the sidecar leases for it
+// only when the window ends. A new stream of the same client connection
+// whose first report is a periodic one is that Envoy after a stream reset:
+// it takes the left stream's record over (Bucket.Left). An Envoy that
+// subscribes mid-window (the first report of the bucket on its stream; a
+// reconnect on a new connection is a new subscriber) gets only what is
+// not assigned: the sidecar leases for it
 // (demand unknown: as above, over the TTL its assignment would have) and
 // assigns what it got. An Envoy that holds an assignment in the
 // window is never topped up: on Envoy versions where a replaced bucket
@@ -53,8 +56,16 @@
 // asked. Units leased and not assigned go back to the store's window as
 // soon as they are known unneeded.
 //
+// A stream whose Envoy admits without an assignment (any but one that
+// subscribed with Envoy's immediate report of a denied first request:
+// Stream.FailsClosed) is told a blanket DENY_ALL wherever it holds no
+// assignment it may spend: without a share of the window, and from two
+// Guards before its assignment expires (see denyStarved).
+//
 // Bound: Σ admitted per window ≤ Σ max_tokens sent for it ≤ leased ≤ L,
-// when one-way delivery latency is under Guard. RequestsPerTimeUnit (which
-// Envoy does not enforce) and blanket actions are never sent by the
-// machine; blanket ALLOW_ALL for buckets without a limit is the driver's.
+// when one-way delivery latency is under Guard (under Envoy's default
+// no_assignment_behavior, ALLOW_ALL, plus each Envoy's first request of
+// the bucket, while its stream stays up). RequestsPerTimeUnit (which
+// Envoy does not enforce) is never sent; blanket ALLOW_ALL for buckets
+// without a limit is the driver's.
 package rlqs

@@ -129,6 +129,16 @@ type Bucket struct {
 	// Last is the latest instant the bucket has seen; an earlier instant
 	// passed in is taken as Last.
 	Last time.Time
+	// Left are streams that left while their Envoy may still enforce what
+	// it was sent (an assignment or a deny), kept until it may not: a new
+	// stream of the same Group (the same client connection: the stream
+	// reset, the connection did not) whose first report is a periodic one
+	// (a bucket its Envoy had cached) takes the record over, so that its
+	// Envoy is neither assigned twice in a window nor told DENY_ALL over
+	// the bucket it still holds. A stream reset every 3 s across eight
+	// Envoys had each reconnect refused its window's share and its live
+	// bucket replaced by a deny (issue 41).
+	Left []Stream
 
 	out [1]Assignment // scratch for one assignment without allocating
 	buf []Assignment  // scratch for a landing's assignments
@@ -255,9 +265,22 @@ func (m *Machine) ReportFrom(b *Bucket, now time.Time, s StreamID, g uint64, all
 		if len(b.Streams) >= m.maxStreams() {
 			return Actions{}, fmt.Errorf("%w: %d", ErrTooManyStreams, len(b.Streams))
 		}
-		// Envoy's immediate report of a bucket's first request (elapsed
-		// 0) counts it as its no_assignment_behavior decided it.
-		b.Streams = append(b.Streams, Stream{ID: s, Group: g, FailsClosed: elapsed == 0 && allowed == 0 && denied > 0})
+		now = b.clamp(now)
+		// A periodic report (elapsed > 0) of a bucket the Envoy had
+		// cached: the same Envoy again, when its connection is the left
+		// stream's. An immediate one (elapsed 0) is a bucket just made,
+		// which holds nothing.
+		if j := b.findLeft(g, now); j >= 0 && elapsed > 0 {
+			st := b.Left[j]
+			b.Left = append(b.Left[:j], b.Left[j+1:]...)
+			st.ID, st.Asked = s, 0
+			b.Streams = append(b.Streams, st)
+		} else {
+			// Envoy's immediate report of a bucket's first request
+			// (elapsed 0) counts it as its no_assignment_behavior
+			// decided it.
+			b.Streams = append(b.Streams, Stream{ID: s, Group: g, FailsClosed: elapsed == 0 && allowed == 0 && denied > 0})
+		}
 		i = len(b.Streams) - 1
 	}
 	now = b.clamp(now)
@@ -296,6 +319,8 @@ func (m *Machine) Leave(b *Bucket, now time.Time, s StreamID) Actions {
 		b.Sent -= st.Share
 		b.Returned += st.Share
 		a.Return = gale.Return{Credits: st.Share, WindowEnd: b.WindowEnd, At: now}
+	} else {
+		b.keepLeft(st, now, m.maxStreams())
 	}
 	b.Streams = append(b.Streams[:i], b.Streams[i+1:]...)
 	m.next(b, now, &a)

@@ -599,3 +599,69 @@ func TestEnvoysAreNeverLeftUncovered(t *testing.T) {
 		}
 	}
 }
+
+// TestAStreamResetOnItsConnectionKeepsItsRecord (issue 41): an Envoy whose
+// stream resets while its connection stays sends its next periodic report
+// on a new stream of the same group; the new stream takes the old one's
+// record over (its share of the window, its deny), so it is neither
+// assigned a second time in the window nor told DENY_ALL over the bucket
+// it still holds. Before, the reconnect was a new subscriber: with the
+// window's L assigned, it was told DENY_ALL, which replaced its live
+// bucket. A new connection, or an immediate report (a bucket the Envoy
+// just made), is a new subscriber still.
+func TestAStreamResetOnItsConnectionKeepsItsRecord(t *testing.T) {
+	m := rlqs.Machine{Limit: 20, Window: 10 * time.Second}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, tc := range []struct {
+		name      string
+		group     uint64
+		elapsed   time.Duration
+		takesOver bool
+	}{
+		{"same connection", 7, 5 * time.Second, true},
+		{"a new connection", 8, 5 * time.Second, false},
+		{"same connection, a bucket just made", 7, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, m)
+			a, err := r.m.ReportFrom(&r.b, at(time.Second), 1, 7, 1, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.do(at(time.Second), a)
+			a, err = r.m.ReportFrom(&r.b, at(time.Second), 2, 9, 1, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.do(at(time.Second), a)
+			r.store.used = r.store.limit // the rest of the window went to other sidecars
+			share := r.shares(0)[1]
+			if share == 0 {
+				t.Fatalf("stream 1 not assigned: %v", r.sent)
+			}
+			r.leave(at(3*time.Second), 1)
+			sent, denied := len(r.sent), len(r.denied)
+			a, err = r.m.ReportFrom(&r.b, at(5*time.Second), 3, tc.group, 4, 0, tc.elapsed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.do(at(5*time.Second), a)
+			var toNew []sentAssignment
+			for _, x := range append(r.sent[sent:], r.denied[denied:]...) {
+				if x.Stream == 3 {
+					toNew = append(toNew, x)
+				}
+			}
+			i := slices.IndexFunc(r.b.Streams, func(s rlqs.Stream) bool { return s.ID == 3 })
+			if tc.takesOver {
+				if len(toNew) != 0 || r.b.Streams[i].Share != share {
+					t.Fatalf("the reset stream's successor was told %v, holds %d: want nothing told, its %d", toNew, r.b.Streams[i].Share, share)
+				}
+				return
+			}
+			if len(toNew) == 0 || r.b.Streams[i].Share != 0 {
+				t.Fatalf("a new subscriber told %v, holds %d: want a deny (the window is spent) and no share", toNew, r.b.Streams[i].Share)
+			}
+		})
+	}
+}

@@ -287,12 +287,21 @@ func connOf(ctx context.Context) string {
 	return ""
 }
 
-// conn is one client connection with streams open: how many, and the
-// group its streams' demand is split as (rlqs.Machine.ReportFrom).
+// conn is one client connection: the streams it has open, and the group
+// its streams' demand is split as (rlqs.Machine.ReportFrom). A connection
+// whose last stream closed keeps its group for connGrace: a stream reset
+// on a connection that stays is the same Envoy, and takes its old
+// stream's record over (rlqs.Bucket.Left).
 type conn struct {
 	streams int
 	id      uint64
+	idle    time.Time // when its last stream closed
 }
+
+// connGrace is how long a client connection without streams keeps its
+// group: longer than an Envoy's report interval (5 s), after which it
+// reopens a failed stream, and than any assignment's life.
+const connGrace = 2 * time.Minute
 
 // openOnConn counts a stream opening on ctx's connection and returns the
 // connection's group, or refuses the stream past MaxStreamsPerConn
@@ -317,11 +326,17 @@ func (s *Server) openOnConn(ctx context.Context) (uint64, error) {
 
 func (s *Server) closeOnConn(ctx context.Context) {
 	c := connOf(ctx)
+	now := s.clk.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cn := s.perConn[c]; cn != nil {
 		if cn.streams--; cn.streams <= 0 {
-			delete(s.perConn, c)
+			cn.streams, cn.idle = 0, now
+		}
+	}
+	for addr, cn := range s.perConn {
+		if cn.streams == 0 && now.Sub(cn.idle) > connGrace {
+			delete(s.perConn, addr)
 		}
 	}
 }

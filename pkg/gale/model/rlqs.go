@@ -116,8 +116,11 @@ type RLQSState struct {
 // RLQSEnvoy is one Envoy's filter state for the bucket.
 type RLQSEnvoy struct {
 	// Sidecar is the sidecar its stream is on, -1 for none; Gen counts the
-	// streams it opened (the stream's name with the Envoy's index).
-	Sidecar, Gen int
+	// streams it opened (the stream's name with the Envoy's index); Conn
+	// counts the connections it opened (its streams' group with the
+	// Envoy's index: a reconnect on the same connection is the same
+	// group, and takes the left stream's record over).
+	Sidecar, Gen, Conn int
 	// Subscribed: its first request has been made and reported; Told: an
 	// action has reached it since.
 	Subscribed, Told bool
@@ -173,7 +176,8 @@ func (s RLQSStep) String() string {
 		return "time passes a quantum"
 	case "tick", "reply lands", "dies":
 		return fmt.Sprintf("sidecar %d: %s", s.Target, s.Kind)
-	case "reconnects and reports", "reconnects and reports with a denial":
+	case "reconnects and reports", "reconnects and reports with a denial",
+		"reconnects on a new connection and reports", "reconnects on a new connection and reports with a denial":
 		return fmt.Sprintf("Envoy %d: %s to sidecar %d", s.Envoy, s.Kind, s.Target)
 	}
 	return fmt.Sprintf("Envoy %d: %s", s.Envoy, s.Kind)
@@ -206,6 +210,10 @@ func quanta(t time.Time) int {
 
 func streamOf(e, gen int) rlqs.StreamID { return rlqs.StreamID(e*16 + gen + 1) }
 
+// groupOf names Envoy e's connection conn to the machine (its streams'
+// group).
+func groupOf(e, conn int) uint64 { return uint64(e*16 + conn + 1) }
+
 // Initial is the state before anything happens: Envoy i on sidecar i mod
 // Sidecars, nothing requested.
 func (c RLQSConfig) Initial() RLQSState {
@@ -234,6 +242,7 @@ func (s RLQSState) clone() RLQSState {
 func (s *RLQSState) bucket(i int) *rlqs.Bucket {
 	b := &s.Sidecars[i].Bucket
 	b.Streams = append([]rlqs.Stream(nil), b.Streams...)
+	b.Left = append([]rlqs.Stream(nil), b.Left...)
 	return b
 }
 
@@ -281,7 +290,10 @@ func (c RLQSConfig) report(s *RLQSState, e, denied int) {
 	env := &s.Envoys[e]
 	i := env.Sidecar
 	elapsed := time.Duration(s.Q-env.LastReport) * rlqsQuantum
-	a, err := c.machine().Report(s.bucket(i), rlqsInstant(s.Q), streamOf(e, env.Gen), uint64(env.Allowed), uint64(denied), elapsed)
+	// The Envoy's connection is its streams' group: a reconnect on the
+	// same connection takes its old stream's record over
+	// (rlqs.Bucket.Left).
+	a, err := c.machine().ReportFrom(s.bucket(i), rlqsInstant(s.Q), streamOf(e, env.Gen), groupOf(e, env.Conn), uint64(env.Allowed), uint64(denied), elapsed)
 	if err != nil {
 		panic(err) // the model's reports are valid: a bug here
 	}
@@ -343,10 +355,12 @@ func (c RLQSConfig) Next(s RLQSState) []RLQSTransition {
 					continue
 				}
 				for i := range s.Sidecars {
-					t := s.clone()
-					t.Envoys[e].Sidecar, t.Envoys[e].Gen = i, env.Gen+1
-					c.report(&t, e, denied)
-					add("reconnects and "+kind, e, i, t)
+					for conn, how := range [2]string{"reconnects and ", "reconnects on a new connection and "} {
+						t := s.clone()
+						t.Envoys[e].Sidecar, t.Envoys[e].Gen, t.Envoys[e].Conn = i, env.Gen+1, env.Conn+conn
+						c.report(&t, e, denied)
+						add(how+kind, e, i, t)
+					}
 				}
 			}
 		}
@@ -490,6 +504,17 @@ func (c RLQSConfig) key(s RLQSState) string {
 			v(msg.PerToken)
 			v(msg.Sent)
 			v(b2int(msg.Deny))
+		}
+		// The records its left streams keep on each sidecar, and whether
+		// each is of its connection now.
+		for _, sc := range s.Sidecars {
+			for _, l := range sc.Bucket.Left {
+				if int(l.Group-1)/16 == i {
+					v(1 + b2int(l.Group == groupOf(i, e.Conn)))
+					stream(l, 0)
+				}
+			}
+			v(0)
 		}
 		at := -1
 		if e.Sidecar >= 0 {
