@@ -118,6 +118,20 @@ type instrumentedStore struct {
 	m *metrics
 }
 
+// Announce records a demand in the store's demand ledger
+// (gale.DemandLedger, which the RLQS sidecars share a window by), counted
+// as the store's "announce" calls; gale.ErrNoLedger when it keeps none.
+func (s *instrumentedStore) Announce(ctx context.Context, key string, r gale.Rule, member string, demand int64, now time.Time) ([]gale.Demand, error) {
+	l, ok := s.Store.(gale.DemandLedger)
+	if !ok {
+		return nil, gale.ErrNoLedger
+	}
+	start := time.Now()
+	d, err := l.Announce(ctx, key, r, member, demand, now)
+	s.observe("announce", start, err)
+	return d, err
+}
+
 func (s *instrumentedStore) observe(op string, start time.Time, err error) {
 	s.m.StoreCall(op, time.Since(start), err)
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/internal/certtest"
 	"github.com/throttlekit/throttlekit/internal/testenv"
+	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
 // rlqsPolicy has a limit RLQS serves (per minute) and one it refuses (per
@@ -201,5 +202,17 @@ func TestValidateListsRLQSRefusals(t *testing.T) {
 		if named != rlqs || strings.Contains(out.String(), "per-tenant") {
 			t.Errorf("%v:\n%s\nwant t/per-second named only with --rlqs, per-tenant never", args, out.String())
 		}
+	}
+}
+
+// TestRLQSMember: the ledger name is the node id and the gRPC address,
+// two sidecars on one host apart, and never longer than the ledger takes.
+func TestRLQSMember(t *testing.T) {
+	if a, b := rlqsMember("pod-1", "127.0.0.1:8081"), rlqsMember("pod-1", "127.0.0.1:8082"); a == b || a != "pod-1@127.0.0.1:8081" {
+		t.Errorf("members %q and %q", a, b)
+	}
+	long := rlqsMember(strings.Repeat("n", 63), "[::1]:8081")
+	if len(long) > gale.MaxMember || long != rlqsMember(strings.Repeat("n", 63), "[::1]:8081") {
+		t.Errorf("a long name: %q (%d bytes), or not the same twice", long, len(long))
 	}
 }

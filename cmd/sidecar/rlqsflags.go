@@ -1,11 +1,14 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"time"
 
+	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/rlqs"
 	"github.com/throttlekit/throttlekit/pkg/rlqsserver"
 )
@@ -53,6 +56,20 @@ func (r *rlqsConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--rlqs-abandon-idle %v: at least 1m (Envoy reports every 5s; abandoning makes its next request resubscribe), or 0 for never", r.abandonIdle))
 	}
 	return errors.Join(errs...)
+}
+
+// rlqsMember is this sidecar's name in the store's demand ledger, where
+// the sidecars leasing one counter share its window: its node id and its
+// gRPC address, so that two sidecars on one host (one node id) are two
+// members and a restarted sidecar is the one it was. Past gale.MaxMember
+// bytes it is a digest of them.
+func rlqsMember(nodeID, grpcAddr string) string {
+	m := nodeID + "@" + grpcAddr
+	if len(m) <= gale.MaxMember {
+		return m
+	}
+	sum := sha256.Sum256([]byte(m))
+	return "rlqs-" + hex.EncodeToString(sum[:16])
 }
 
 // options are the server's options (the resolver is the caller's).

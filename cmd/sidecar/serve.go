@@ -358,7 +358,7 @@ func newQuotaServer(c *serveConfig, eng *engine.Engine, m *metrics, log *slog.Lo
 		return nil, nil
 	}
 	opts := c.rlqs.options()
-	opts.Resolver, opts.Logger = eng, log
+	opts.Resolver, opts.Logger, opts.Member = eng, log, rlqsMember(c.nodeID, c.grpcAddr)
 	quota, err := rlqsserver.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("--rlqs: %w", err)

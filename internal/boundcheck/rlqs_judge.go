@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
 // RLQSRows are the bounds table's rows for RLQS, as the RLQS checker
@@ -21,8 +23,9 @@ var RLQSRows = map[string]Row{
 			"(a reload bounds the windows after it: a window that starts after a cut, or a cut to 0, is bounded by the new limit alone; " +
 			"one a reload lands in, by the larger of the two)",
 		Least: "a steady window (no reload, reset or restart; a fixed window of 10 s or more) from the second on assigns at least min(L, E) in all, " +
-			"E the Envoys subscribed before it whose demand is not known to be 0 (no report with time elapsed yet, or one with a request): " +
-			"each is predicted at least one unit, and the store grants first come up to L"},
+			"E the Envoys subscribed before it whose demand is not known to be 0 (no report with time elapsed yet, or one with a request) when it leases " +
+			"(at its start; with several sidecars, after the demand ledger's wait for the others, 500 ms at most): " +
+			"each is predicted at least one unit, and the sidecars' max-min shares of L add up to L"},
 	"admitted": {Name: "RLQS admitted",
 		Most: "requests the Envoys' filters admit in a window ≤ what they were assigned in it (every assignment expires before its window ends), " +
 			"plus, where a reload moved the counter, what they were assigned in the windows of the other counters the window overlaps " +
@@ -168,9 +171,17 @@ func judgeSteady(sc RLQSSchedule, told RLQSTold, assigned map[rlqsWindow]int64) 
 	for b := range buckets {
 		for k := int64(1); time.Duration(k+1)*p.Window <= sc.Length; k++ {
 			w := rlqsWindow{bucket: b, counter: p.Counter(), length: p.Window, k: k}
+			// A report heard before the window's lease counts: at its
+			// start, or, with several sidecars, up to the demand
+			// ledger's early part of it, which the first to announce may
+			// wait out for the others (pkg/rlqsserver).
+			heard := w.from() + time.Microsecond
+			if sc.Servers > 1 {
+				heard = w.from() + gale.LedgerEarly(p.Window) + time.Millisecond
+			}
 			var e int64
 			for env := range sc.Envoys {
-				if demandNotZero(sc, told, env, b, w.from()) {
+				if demandNotZero(sc, told, env, b, w.from(), heard) {
 					e++
 				}
 			}
@@ -191,12 +202,14 @@ func judgeSteady(sc RLQSSchedule, told RLQSTold, assigned map[rlqsWindow]int64) 
 // at at leases: no report of the bucket with whole seconds elapsed, or
 // one with a request (the smoothed rate never falls back to 0). A report
 // ticks before the requests of its instant; the first request is
-// reported at once, on its own. Reports up to a microsecond after at
-// count: the window's timer fires that late at most (the sidecar maps the
-// store's window end, in whole microseconds, onto its own clock from the
-// instant it asked), so a report at the boundary reaches it first; one
-// that reaches it later can only start a lease of its own.
-func demandNotZero(sc RLQSSchedule, told RLQSTold, env, b int, at time.Duration) bool {
+// reported at once, on its own. Reports up to heard count: a microsecond
+// after at with one sidecar (the window's timer fires that late at most:
+// the sidecar maps the store's window end, in whole microseconds, onto
+// its own clock from the instant it asked), so a report at the boundary
+// reaches it first; one that reaches it later can only start a lease of
+// its own. With several, the lease may wait for the others' announcements
+// in the demand ledger, and reports up to the end of that wait count.
+func demandNotZero(sc RLQSSchedule, told RLQSTold, env, b int, at, heard time.Duration) bool {
 	var reqs []time.Duration
 	for _, st := range sc.Steps {
 		if st.Kind == RLQSRequest && st.Envoy == env && st.Bucket == b {
@@ -212,7 +225,7 @@ func demandNotZero(sc RLQSSchedule, told RLQSTold, env, b int, at time.Duration)
 		if tick <= created {
 			continue
 		}
-		if tick > at+time.Microsecond {
+		if tick > heard {
 			break
 		}
 		n := 0

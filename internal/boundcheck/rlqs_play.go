@@ -276,7 +276,9 @@ func (r *rlqsRun) startSidecar(index int) (*rlqsSidecar, error) {
 	// The store calls are bounded by the deadline a test does not
 	// measure: a loaded machine must not turn a slow call into a refusal
 	// the schedule did not draw.
-	if s.srv, err = rlqsserver.New(rlqsserver.Options{Resolver: eng, Clock: s.owner, StoreTimeout: testenv.StoreDeadline}); err != nil {
+	// Its name in the demand ledger is its index's: a restarted sidecar is
+	// the one it was, as serve's node id and address make it.
+	if s.srv, err = rlqsserver.New(rlqsserver.Options{Resolver: eng, Clock: s.owner, StoreTimeout: testenv.StoreDeadline, Member: fmt.Sprintf("bcsrv-%d", s.index)}); err != nil {
 		return fail(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

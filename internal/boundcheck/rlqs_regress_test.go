@@ -82,6 +82,25 @@ var rlqsRegressions = map[string]RLQSSchedule{
 		{At: 10000000000, Kind: RLQSRequest, Envoy: 0, Bucket: 0},
 		{At: 11505045945, Kind: RLQSRequest, Envoy: 1, Bucket: 0},
 	}},
+	// Issue 41, item 9, seed 3069: at 10 s sidecar 0 waits for sidecar 1,
+	// which leased in the window before (the demand ledger), and asks
+	// nothing in this one; by the end of the wait its own Envoy has
+	// reported a demand of 0, so nothing is leased. The table first
+	// counted only reports heard at the window's start.
+	"ledger: a sidecar of the window before asks nothing in this one": {Seed: 3069, Policy: RLQSPolicy{Limit: 12, Window: 10 * time.Second, Sliding: false, Name: "l0"}, Servers: 2, Envoys: []int{1, 0}, Full: false, AllowAll: false, Steady: true, Length: 20 * time.Second, Steps: []RLQSStep{
+		{At: 2884529745, Kind: RLQSRequest, Envoy: 0, Bucket: 1},
+		{At: 5161920048, Kind: RLQSRequest, Envoy: 1, Bucket: 1},
+	}},
+	// Issue 41, item 9, seed 3750 (L 1, Envoys on sidecars 1 and 2): at
+	// 20 s sidecar 1 announced a demand of 1 and then, its Envoy's demand
+	// known to be 0 by the end of the ledger's wait, leased nothing; its
+	// announced share kept sidecar 2 from the window's one unit. A
+	// sidecar refused by its share now asks again a second later, first
+	// come.
+	"ledger: a share announced and never taken": {Seed: 3750, Policy: RLQSPolicy{Limit: 1, Window: 10 * time.Second, Sliding: false, Name: "l0"}, Servers: 3, Envoys: []int{1, 2}, Full: true, AllowAll: true, Steady: true, Length: 30 * time.Second, Steps: []RLQSStep{
+		{At: 15427311082, Kind: RLQSRequest, Envoy: 0, Bucket: 0},
+		{At: 16415687507, Kind: RLQSRequest, Envoy: 1, Bucket: 0},
+	}},
 }
 
 // TestRLQSRegressions replays each RLQS schedule the checker found,

@@ -461,6 +461,17 @@ func (s rlqsStore) Return(ctx context.Context, key string, rule gale.Rule, credi
 	return s.Store.Return(ctx, key, rule, credits, windowEnd, now)
 }
 
+// Announce records a demand in the store's ledger (gale.DemandLedger),
+// stamped as leases are.
+func (s rlqsStore) Announce(ctx context.Context, key string, rule gale.Rule, member string, demand int64, now time.Time) ([]gale.Demand, error) {
+	l, ok := s.Store.(gale.DemandLedger)
+	if !ok {
+		return nil, gale.ErrNoLedger
+	}
+	s.r.stamped(now, "an announcement")
+	return l.Announce(ctx, key, rule, member, demand, now)
+}
+
 func (r *rlqsRun) stamped(at time.Time, what string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

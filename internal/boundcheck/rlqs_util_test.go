@@ -79,11 +79,15 @@ func TestRLQSUtilization(t *testing.T) {
 				}
 				slices.Sort(all)
 				var sum float64
+				over := 0
 				for _, u := range all {
 					sum += u
+					if u >= 0.9 {
+						over++
+					}
 				}
-				t.Logf("L %d, demand %.1f L, resets %v: steady windows admitted of min(L, demand): min %.2f, 10th percentile %.2f, mean %.3f (%d windows)",
-					limit, demand, resets, all[0], all[len(all)/10], sum/float64(len(all)), len(all))
+				t.Logf("L %d, demand %.1f L, resets %v: steady windows admitted of min(L, demand): min %.2f, 10th percentile %.2f, mean %.3f, %d of %d at 0.90 or more",
+					limit, demand, resets, all[0], all[len(all)/10], sum/float64(len(all)), over, len(all))
 			}
 		}
 	}

@@ -32,7 +32,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		storeCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "throttlekit_store_calls_total", Help: "Calls to the counter store, by operation (check, lease, return, charge).",
+			Name: "throttlekit_store_calls_total", Help: "Calls to the counter store, by operation (check, lease, return, charge, announce: an RLQS sidecar recording its demand in the ledger the sidecars share a window by).",
 		}, []string{"op"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttlekit_store_errors_total", Help: "Store calls that failed, by operation.",
@@ -86,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // StoreCall records one call that reached the store: its operation (check,
-// lease, return, charge), how long it took, and whether it failed.
+// lease, return, charge, announce), how long it took, and whether it failed.
 func (m *Metrics) StoreCall(op string, took time.Duration, err error) {
 	m.storeCalls.WithLabelValues(op).Inc()
 	m.storeLatency.WithLabelValues(op).Observe(took.Seconds())

@@ -240,6 +240,25 @@ func (q quotaLeaser) Lease(ctx context.Context, key string, min, max int64, now 
 	return out, nil
 }
 
+// Announce records member's demand for key's window in the store's
+// demand ledger (ratelimit.QuotaAnnouncer); gale.ErrNoLedger when the
+// store keeps none.
+func (q quotaLeaser) Announce(ctx context.Context, key, member string, demand int64, now time.Time) ([]ratelimit.QuotaDemand, error) {
+	l, ok := q.store.(gale.DemandLedger)
+	if !ok {
+		return nil, gale.ErrNoLedger
+	}
+	d, err := l.Announce(ctx, key, q.rule, member, demand, now)
+	if err != nil {
+		return nil, asStoreFailure(err)
+	}
+	out := make([]ratelimit.QuotaDemand, len(d))
+	for i, x := range d {
+		out[i] = ratelimit.QuotaDemand(x)
+	}
+	return out, nil
+}
+
 // Return gives units back to the window g was leased in.
 func (q quotaLeaser) Return(ctx context.Context, key string, units int64, g ratelimit.QuotaGrant, now time.Time) error {
 	if units <= 0 || g.StoreWindowEnd.IsZero() {

@@ -106,6 +106,23 @@ type QuotaLeaser interface {
 	Return(ctx context.Context, key string, units int64, g QuotaGrant, now time.Time) error
 }
 
+// QuotaAnnouncer is a QuotaLeaser whose store keeps a demand ledger
+// (gale.DemandLedger): Announce records member's demand for key's window
+// at now and returns every member's demand the ledger says. Sidecars
+// leasing one counter announce before they lease, and ask no more than
+// their max-min share (rlqs.FairShare).
+type QuotaAnnouncer interface {
+	Announce(ctx context.Context, key, member string, demand int64, now time.Time) ([]QuotaDemand, error)
+}
+
+// QuotaDemand is one member's demand in the ledger. Past: its demand in
+// the window before, the member not heard in this one yet.
+type QuotaDemand struct {
+	Member string
+	Units  int64
+	Past   bool
+}
+
 // QuotaResolver maps an RLQS bucket to the limits of the policy in use.
 // Implementations MUST be safe for concurrent use.
 type QuotaResolver interface {

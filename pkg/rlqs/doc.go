@@ -22,7 +22,11 @@
 // smoothed, times the TTL below, not the window: an Envoy cannot spend a
 // share after it expires, and units it could not spend are better left in
 // the store for other sidecars), at most the limit, and splits what it was
-// granted among them by demand, with largest-remainder rounding. An Envoy
+// granted among them max-min fairly by demand. (How much of the limit one
+// sidecar asks, among several, is the driver's: pkg/rlqsserver caps each
+// lease by the sidecar's FairShare of the demands the sidecars announce in
+// the store's demand ledger. The machine's bound holds for any grant.) An
+// Envoy
 // whose demand is unknown (it has only subscribed) is predicted at the
 // bucket's mean per-Envoy rate, or, when no rate is known, at
 // L/PriorShares per window: a sidecar whose Envoys subscribe first does not

@@ -50,6 +50,12 @@ type bucket struct {
 	// gen counts the machines the bucket has had: a lease that lands on a
 	// newer machine than the one that asked it is returned, not landed.
 	gen uint64
+	// shared is the window (of its first limit, counted from the Unix
+	// epoch) whose lease this sidecar has sized by its fair share in the
+	// demand ledger (limits.go): later leases in it take what the store
+	// has left, first come, so a share another sidecar announced and
+	// never took is not lost to the window.
+	shared int64
 	// timer calls tick at wake (nil: none set since the last reset). It
 	// may have fired: the machine never asks for an instant it has already
 	// been at (its clock only moves on), so asking for wake again means
@@ -285,13 +291,22 @@ func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 // the answer on the machine that asked, outside the bucket's lock.
 func (b *bucket) leaseAsync(l rlqs.LeaseAsk, sent time.Time) {
 	limits, gen := b.limits, b.gen
+	var held int64 // what this sidecar holds of the window in place
+	if sent.Before(b.state.Until) {
+		held = b.state.Leased - b.state.Returned
+	}
+	w := sent.UnixMicro() / max(limits[0].Window.Microseconds(), 1)
+	share := w != b.shared
 	b.srv.callStarted()
 	go func() {
 		defer b.srv.callDone()
 		ctx, cancel := context.WithTimeout(context.Background(), b.srv.opts.StoreTimeout)
-		g, parts, err := b.leaseAll(ctx, limits, l, sent)
+		g, parts, shared, err := b.leaseAll(ctx, limits, l, sent, held, share)
 		cancel()
 		b.mu.Lock()
+		if shared {
+			b.shared = w
+		}
 		now := b.srv.clk.Now()
 		if b.dead || gen != b.gen || b.kind != ratelimit.QuotaLimited {
 			b.mu.Unlock()

@@ -2,6 +2,7 @@ package rlqsserver_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -226,7 +227,7 @@ func TestEnvoysSubscribingTogetherEachGetTheirShare(t *testing.T) {
 	close(store.release)
 	var sum int64
 	for i, e := range es {
-		n, ttl := tokens(t, e.next(tenantA))
+		n, ttl := tokens(t, e.nextGrant(tenantA))
 		sum += n
 		if n != 11 || ttl != 49*time.Second {
 			t.Errorf("Envoy %d: %d tokens for %v, want 11 (L/8 a window over the 49 s TTL)", i, n, ttl)
@@ -346,5 +347,113 @@ func TestManyStreamsOfOneClientAreOneShare(t *testing.T) {
 	}
 	if sum > limit {
 		t.Fatalf("Σ %d > L %d", sum, limit)
+	}
+}
+
+// orderedStore is a sidecar's store in TestSidecarsShareAWindowByDemand:
+// after, when set, holds each lease until the other sidecar's store has
+// leased in the same window (the order that starved a sidecar first come);
+// the ledger's announcements pass through at once.
+type orderedStore struct {
+	gale.Store
+	mu     sync.Mutex
+	leased map[int64]chan struct{} // by window of the test's limit
+	after  *orderedStore
+}
+
+func (s *orderedStore) windowDone(w int64) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leased[w] == nil {
+		s.leased[w] = make(chan struct{})
+	}
+	return s.leased[w]
+}
+
+func (s *orderedStore) Lease(ctx context.Context, key string, rule gale.Rule, lo, hi int64, now time.Time) (gale.Grant, error) {
+	w := now.UnixMicro() / window.Microseconds()
+	if s.after != nil {
+		select {
+		case <-s.after.windowDone(w):
+		case <-ctx.Done():
+			return gale.Grant{}, ctx.Err()
+		}
+	}
+	g, err := s.Store.Lease(ctx, key, rule, lo, hi, now)
+	if done := s.windowDone(w); s.after == nil {
+		select {
+		case <-done:
+		default:
+			close(done)
+		}
+	}
+	return g, err
+}
+
+func (s *orderedStore) Announce(ctx context.Context, key string, rule gale.Rule, member string, demand int64, now time.Time) ([]gale.Demand, error) {
+	return s.Store.(gale.DemandLedger).Announce(ctx, key, rule, member, demand, now)
+}
+
+// TestSidecarsShareAWindowByDemand (issue 41, item 9), on a real Redis:
+// sidecar A's Envoy reports a demand far over L, sidecar B's 0.5 a second
+// (30 over the 59 s TTL), and A's leases always reach the store first.
+// Through the demand ledger, where both announce at the window's start
+// (the first to announce waits for the other, up to the ledger's early
+// part of the window), A leaves B its max-min share: B is assigned its 30
+// every window. First come, A leased all of L every window and B got
+// nothing.
+func TestSidecarsShareAWindowByDemand(t *testing.T) {
+	r := testenv.StartRedis(t)
+	clk := clock.NewFake(t0.Add(10 * time.Second))
+	var stores [2]*orderedStore
+	var sidecars [2]*sidecar
+	for i := range 2 {
+		rs, err := redisstore.New(r.Client(), redisstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		stores[i] = &orderedStore{Store: rs, leased: map[int64]chan struct{}{}}
+	}
+	stores[1].after = stores[0]
+	for i := range 2 {
+		sidecars[i] = startSidecar(t, stores[i], clk, rlqsserver.Options{Member: fmt.Sprintf("sidecar-%c", 'A'+i)})
+	}
+	a, b := connect(t, sidecars[0]), connect(t, sidecars[1])
+	a.subscribe(tenantA)
+	settled(t, sidecars[0])
+	b.subscribe(tenantA)
+	settled(t, sidecars[1])
+	a.pending(tenantA)
+	b.pending(tenantA)
+	for w := 1; w <= 3; w++ {
+		clk.Set(t0.Add(time.Duration(w)*window - 10*time.Second))
+		a.report(true, usage{bucket: tenantA, denied: 1 << 30, elapsed: 5 * time.Second})
+		b.report(true, usage{bucket: tenantA, allowed: 2, denied: 1, elapsed: 6 * time.Second})
+		clk.Set(t0.Add(time.Duration(w) * window))
+		// Both announce at the window's start; the one that announces
+		// first waits for the other, up to the ledger's early part of
+		// the window, and then leases.
+		waitFor(t, "both sidecars' announcements", func() bool {
+			for _, k := range r.Client().Keys(bg, "*:ledger").Val() {
+				h := r.Client().HGetAll(bg, k).Val()
+				if h["."] == strconv.FormatInt(t0.Add(time.Duration(w)*window).UnixMicro()/window.Microseconds(), 10) && h["c:sidecar-A"] != "" && h["c:sidecar-B"] != "" {
+					return true
+				}
+			}
+			return false
+		})
+		clk.Set(t0.Add(time.Duration(w)*window + gale.LedgerEarly(window) + time.Millisecond))
+		na, _ := tokens(t, a.nextGrant(tenantA))
+		nb, _ := tokens(t, b.nextGrant(tenantA))
+		settled(t, sidecars[0])
+		settled(t, sidecars[1])
+		t.Logf("window %d: A %d, B %d", w, na, nb)
+		if na+nb > limit {
+			t.Fatalf("window %d: Σ %d > L %d", w, na+nb, limit)
+		}
+		if nb != 30 || na != limit-30 {
+			t.Errorf("window %d: A %d, B %d: want B its demand (30: 0.5/s over the 59 s TTL) and A the rest (%d)", w, na, nb, limit-30)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package rlqsserver
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -56,9 +57,30 @@ func (b *bucket) rule() ratelimit.RuleRef {
 // returns the grant the machine lands (in its limit's store clock, its
 // window ending with the first window leased from) and each limit's grant
 // trimmed to it; the excess is given back. On a failure nothing is kept.
-func (b *bucket) leaseAll(ctx context.Context, limits []ratelimit.QuotaLimit, ask rlqs.LeaseAsk, sent time.Time) (gale.Grant, []ratelimit.QuotaGrant, error) {
+// With share, the machine's limit is asked no more than this sidecar's
+// fair share of the window beyond the held units it has (fairShare), and
+// shared reports that the share sized the lease (or refused it): the
+// bucket's later leases in the window are first come.
+func (b *bucket) leaseAll(ctx context.Context, limits []ratelimit.QuotaLimit, ask rlqs.LeaseAsk, sent time.Time, held int64, share bool) (_ gale.Grant, _ []ratelimit.QuotaGrant, shared bool, _ error) {
 	parts := make([]ratelimit.QuotaGrant, len(limits))
 	n, asked := ask.Max, 0
+	if share {
+		if fair, wait, ok := b.fairShare(ctx, limits[0], ask, sent, held); ok {
+			if wait > 0 {
+				// A sidecar that leased last window has not announced
+				// in this one yet: wait for it, but no longer than the
+				// ledger's early part of the window (a dead one's share
+				// is not kept for it).
+				return gale.Grant{Decision: gale.Decision{RetryAfter: wait}}, nil, false, nil
+			}
+			if fair < ask.Min {
+				// This sidecar holds its share: it asks again later,
+				// first come, for what the others leave.
+				return gale.Grant{Decision: gale.Decision{RetryAfter: fairRetry}}, nil, true, nil
+			}
+			n, shared = min(n, fair), true
+		}
+	}
 	var retry time.Duration
 	var err error
 	for i, l := range limits {
@@ -89,7 +111,7 @@ func (b *bucket) leaseAll(ctx context.Context, limits []ratelimit.QuotaLimit, as
 		parts[i].Granted = n
 	}
 	if err != nil {
-		return gale.Grant{}, nil, err
+		return gale.Grant{}, nil, shared, err
 	}
 	first := parts[0]
 	g := gale.Grant{Granted: n, WindowEnd: first.StoreWindowEnd, Now: first.StoreNow, Decision: gale.Decision{RetryAfter: retry}}
@@ -102,7 +124,46 @@ func (b *bucket) leaseAll(ctx context.Context, limits []ratelimit.QuotaLimit, as
 		}
 		g.WindowEnd = first.StoreWindowEnd.Add(-first.WindowEnd.Sub(end))
 	}
-	return g, parts, nil
+	return g, parts, shared, nil
+}
+
+// fairRetry is how long a sidecar holding its fair share of a window waits
+// before it asks again, first come: longer than the ledger's early part
+// of a window, so that the others have leased their shares by then.
+const fairRetry = time.Second
+
+// fairShare is what this sidecar may lease of lim's window at sent beyond
+// the held units it has already: its max-min share, by the demands the
+// sidecars leasing the counter announce in the store's ledger, of lim's
+// limit, less held. It announces held + ask.Max first. When a sidecar that
+// leased in the window before has not announced in this one yet, wait is
+// how long until the ledger stops telling of it (LedgerEarly past sent at
+// the most): the lease should wait that long, not lease around it. ok is
+// false when the store keeps no ledger or the announcement failed: the
+// lease is then first come, as before the ledger (a sidecar whose Envoys'
+// demand covered L took the whole window every window, and the other
+// sidecars' Envoys got nothing).
+func (b *bucket) fairShare(ctx context.Context, lim ratelimit.QuotaLimit, ask rlqs.LeaseAsk, sent time.Time, held int64) (share int64, wait time.Duration, ok bool) {
+	a, ok := lim.Leaser.(ratelimit.QuotaAnnouncer)
+	if !ok {
+		return 0, 0, false
+	}
+	want := held + ask.Max
+	demands, err := a.Announce(ctx, lim.Key, b.srv.opts.Member, want, sent)
+	if err != nil {
+		if !errors.Is(err, gale.ErrNoLedger) {
+			b.srv.warns.warn(b.srv.log, b.srv.clk.Now(), "rlqs: announcing demand failed; leasing first come", b.domain, lim.Rule.Name, "err", err)
+		}
+		return 0, 0, false
+	}
+	if slices.ContainsFunc(demands, func(d ratelimit.QuotaDemand) bool { return d.Past }) {
+		return 0, gale.LedgerEarly(lim.Window) + time.Millisecond, true
+	}
+	ds := make([]gale.Demand, len(demands))
+	for i, d := range demands {
+		ds[i] = gale.Demand(d)
+	}
+	return max(rlqs.FairShare(lim.Limit, ds, b.srv.opts.Member)-held, 0), 0, true
 }
 
 // giveBackLocked returns units the machine did not assign from its window

@@ -24,6 +24,8 @@ package rlqsserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +41,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/throttlekit/throttlekit/pkg/clock"
+	"github.com/throttlekit/throttlekit/pkg/gale"
 	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 	"github.com/throttlekit/throttlekit/pkg/rlqs"
 )
@@ -98,6 +101,11 @@ type Options struct {
 	// DefaultMaxBuckets; negative: no bound); a usage of a new bucket past
 	// it is skipped (reason "buckets").
 	MaxBuckets int
+	// Member is this sidecar's name in the store's demand ledger, where
+	// the sidecars leasing one counter meet to share its window by their
+	// Envoys' demand (empty: a random name, one per Server). Two sidecars
+	// must not share one.
+	Member string
 	// Logger receives refusals and skipped usages (nil: discard).
 	Logger *slog.Logger
 }
@@ -150,6 +158,15 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxBuckets == 0 {
 		opts.MaxBuckets = DefaultMaxBuckets
+	}
+	if opts.Member == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("rlqsserver: naming this sidecar in the demand ledger: %w", err)
+		}
+		opts.Member = "rlqs-" + hex.EncodeToString(b[:])
+	} else if len(opts.Member) > gale.MaxMember {
+		return nil, fmt.Errorf("rlqsserver: member name %q longer than %d bytes", opts.Member, gale.MaxMember)
 	}
 	s := &Server{opts: opts, clk: opts.Clock, log: opts.Logger, stats: newStats(), buckets: map[string]*bucket{},
 		perConn: map[string]*conn{}, stopping: make(chan struct{})}

@@ -79,10 +79,10 @@ func twoStreams(t *testing.T, sc *sidecar, clk *clock.Fake) (a, b *envoy, na, nb
 	t.Helper()
 	a, b = connect(t, sc), connect(t, sc)
 	a.subscribe(tenantA)
-	first, _ := tokens(t, a.next(tenantA))
+	first, _ := tokens(t, a.nextGrant(tenantA))
 	settled(t, sc) // what A's lease did not assign is back in the store
 	b.subscribe(tenantA)
-	joined, _ := tokens(t, b.next(tenantA))
+	joined, _ := tokens(t, b.nextGrant(tenantA))
 	if first+joined > limit {
 		t.Fatalf("first window: A %d, B %d: Σ > %d", first, joined, limit)
 	}
@@ -126,7 +126,7 @@ func TestJoinerGetsOnlyTheUnassigned(t *testing.T) {
 	clk.Set(t0.Add(window + 30*time.Second))
 	c := connect(t, sc)
 	c.report(false, usage{bucket: tenantA, allowed: 1})
-	nc, ttl := tokens(t, c.next(tenantA))
+	nc, ttl := tokens(t, c.nextGrant(tenantA))
 	t.Logf("A %d, B %d, joiner %d (TTL %v)", na, nb, nc, ttl)
 	if nc != limit-na-nb {
 		t.Errorf("joiner got %d, want the %d unassigned", nc, limit-na-nb)
@@ -150,7 +150,7 @@ func TestClosedStreamUnitsStayCharged(t *testing.T) {
 	clk.Set(t0.Add(window + 30*time.Second))
 	c := connect(t, sc)
 	c.report(false, usage{bucket: tenantA, allowed: 1})
-	nc, _ := tokens(t, c.next(tenantA))
+	nc, _ := tokens(t, c.nextGrant(tenantA))
 	if nc != limit-na-nb {
 		t.Errorf("joiner got %d after B (%d) left, want only the %d never assigned", nc, nb, limit-na-nb)
 	}
@@ -162,8 +162,8 @@ func TestClosedStreamUnitsStayCharged(t *testing.T) {
 	a.report(true, usage{bucket: tenantA, allowed: 30, elapsed: 30 * time.Second})
 	c.report(true, usage{bucket: tenantA, allowed: 10, elapsed: 30 * time.Second})
 	clk.Set(t0.Add(2 * window))
-	na2, _ := tokens(t, a.next(tenantA))
-	nc2, _ := tokens(t, c.next(tenantA))
+	na2, _ := tokens(t, a.nextGrant(tenantA))
+	nc2, _ := tokens(t, c.nextGrant(tenantA))
 	t.Logf("window 2: A %d, B %d, joiner %d; window 3: A %d, joiner %d", na, nb, nc, na2, nc2)
 	if na2+nc2 > limit || nc2 <= nc {
 		t.Errorf("window 3: A %d, joiner %d: want Σ ≤ %d and the joiner's share grown from %d", na2, nc2, limit, nc)
@@ -205,6 +205,9 @@ func TestTwoSidecarsOneRedis(t *testing.T) {
 		}
 		before := []int64{ruleStats(sidecars[0].srv, "per-tenant").Leases, ruleStats(sidecars[1].srv, "per-tenant").Leases}
 		clk.Set(t0.Add(time.Duration(w) * window))
+		// A sidecar that announces before the other has waits for it,
+		// up to the ledger's early part of the window.
+		clk.Set(t0.Add(time.Duration(w)*window + gale.LedgerEarly(window) + time.Millisecond))
 		// Each sidecar leases once at the window's start (its Envoys have
 		// demand); the assignments are queued before the lease is counted.
 		for i, s := range sidecars {
@@ -310,7 +313,7 @@ func TestIdleSubscriptionIsAbandoned(t *testing.T) {
 	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{AbandonIdle: 2 * time.Minute})
 	e := connect(t, sc)
 	e.subscribe(tenantA)
-	tokens(t, e.next(tenantA))
+	tokens(t, e.nextGrant(tenantA))
 	clk.Set(t0.Add(100 * time.Second))
 	e.report(true, usage{bucket: tenantA, allowed: 3, elapsed: 5 * time.Second}) // active at 100 s
 	clk.Set(t0.Add(219 * time.Second))
@@ -356,7 +359,7 @@ func TestReloadTurnsAnAllowIntoAssignments(t *testing.T) {
 	}
 	clk.Set(t0.Add(15 * time.Second))
 	e.report(false, usage{bucket: tenantA, allowed: 4, elapsed: 5 * time.Second})
-	n, ttl := tokens(t, e.next(tenantA))
+	n, ttl := tokens(t, e.nextGrant(tenantA))
 	if n < 1 || n > limit || clk.Now().Add(ttl).After(t0.Add(window-rlqs.DefaultGuard)) {
 		t.Errorf("after the reload: %d tokens for %v, want ≤ %d ending before the window", n, ttl, limit)
 	}
@@ -372,8 +375,8 @@ func TestExpiriesCounted(t *testing.T) {
 	a.report(true, usage{bucket: tenantA, allowed: 5, elapsed: 5 * time.Second})
 	b.report(true, usage{bucket: tenantA, allowed: 5, elapsed: 5 * time.Second})
 	clk.Set(t0.Add(2 * window))
-	tokens(t, a.next(tenantA))
-	tokens(t, b.next(tenantA))
+	tokens(t, a.nextGrant(tenantA))
+	tokens(t, b.nextGrant(tenantA))
 	settled(t, sc)
 	if st := ruleStats(sc.srv, "per-tenant"); st.Expiries < 2 || st.Expiries > st.Assignments {
 		t.Errorf("expiries %d of %d assignments, want the window before's (≥ 2)", st.Expiries, st.Assignments)
@@ -392,7 +395,7 @@ func TestTwoLimitsBothBind(t *testing.T) {
 	two := map[string]string{"two": "x"}
 	e := connect(t, sc)
 	e.report(false, usage{bucket: two, allowed: 1})
-	n1, ttl1 := tokens(t, e.next(two))
+	n1, ttl1 := tokens(t, e.nextGrant(two))
 	if n1 < 1 || n1 > 50 || ttl1 != 49*time.Second {
 		t.Fatalf("first minute: %d tokens for %v, want 1..50 for 49s", n1, ttl1)
 	}
@@ -439,7 +442,7 @@ func TestTwoLimitsWindowsNotNested(t *testing.T) {
 	k := map[string]string{"k": "v"}
 	e := connect(t, sc)
 	e.report(false, usage{bucket: k, allowed: 1})
-	n, ttl := tokens(t, e.next(k))
+	n, ttl := tokens(t, e.nextGrant(k))
 	t.Logf("%d tokens for %v (the 10 s window ends in 4 s, the 7 s one in 6 s)", n, ttl)
 	if ttl != 3*time.Second {
 		t.Errorf("TTL %v, want 3s: ⌊4 s − guard⌋, before the 10 s window ends", ttl)
@@ -459,7 +462,7 @@ func TestReloadChangingALimitIsNoticedAtTheNextReport(t *testing.T) {
 	}{
 		{"cut to 10", "requests_per_unit: 10}", func(t *testing.T, e *envoy, clk *clock.Fake) {
 			clk.Set(t0.Add(window))
-			n, _ := tokens(t, e.next(tenantA))
+			n, _ := tokens(t, e.nextGrant(tenantA))
 			t.Logf("the next window assigns %d tokens", n)
 			if n < 1 || n > 10 {
 				t.Errorf("the next window assigns %d tokens, want 1..10: the reload's limit", n)
@@ -477,7 +480,7 @@ func TestReloadChangingALimitIsNoticedAtTheNextReport(t *testing.T) {
 			sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
 			e := connect(t, sc)
 			e.report(false, usage{bucket: tenantA, allowed: 1})
-			if n, _ := tokens(t, e.next(tenantA)); n < 1 || n > limit {
+			if n, _ := tokens(t, e.nextGrant(tenantA)); n < 1 || n > limit {
 				t.Fatalf("before the reload: %d tokens, want 1..%d", n, limit)
 			}
 			settled(t, sc) // the lease's landing has set the window's timer
@@ -510,7 +513,7 @@ func TestReloadReachesTheNextWindowWithoutAReport(t *testing.T) {
 		check    func(t *testing.T, e *envoy) int64
 	}{
 		{"cut to 10", "{name: per-tenant, unit: minute, requests_per_unit: 10}", func(t *testing.T, e *envoy) int64 {
-			n, _ := tokens(t, e.next(tenantA))
+			n, _ := tokens(t, e.nextGrant(tenantA))
 			t.Logf("the next window assigns %d tokens", n)
 			if n < 1 || n > 10 {
 				t.Errorf("the next window assigns %d tokens, want 1..10: the reload's limit", n)
@@ -525,7 +528,7 @@ func TestReloadReachesTheNextWindowWithoutAReport(t *testing.T) {
 			return 0
 		}},
 		{"the counter moves", "{name: per-tenant, unit: second, unit_multiplier: 30, requests_per_unit: 10}", func(t *testing.T, e *envoy) int64 {
-			n, ttl := tokens(t, e.next(tenantA))
+			n, ttl := tokens(t, e.nextGrant(tenantA))
 			t.Logf("the next window assigns %d tokens for %v", n, ttl)
 			if n < 1 || n > 10 || ttl > 30*time.Second {
 				t.Errorf("the next window assigns %d tokens for %v, want 1..10 for at most the new 30 s window", n, ttl)
@@ -538,9 +541,9 @@ func TestReloadReachesTheNextWindowWithoutAReport(t *testing.T) {
 			sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
 			a, b := connect(t, sc), connect(t, sc)
 			a.report(false, usage{bucket: tenantA, allowed: 1})
-			tokens(t, a.next(tenantA))
+			tokens(t, a.nextGrant(tenantA))
 			b.report(false, usage{bucket: tenantA, allowed: 1})
-			tokens(t, b.next(tenantA))
+			tokens(t, b.nextGrant(tenantA))
 			settled(t, sc)
 			clk.Set(t0.Add(55 * time.Second))
 			a.report(true, usage{bucket: tenantA, allowed: 900, elapsed: 45 * time.Second}) // 20/s: the demand would take all 100

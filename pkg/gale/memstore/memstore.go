@@ -26,9 +26,23 @@ const (
 type Store struct {
 	seed   maphash.Seed
 	shards [shardCount]shard
+
+	ledgerMu sync.Mutex
+	ledgers  map[string]*ledger // by key; guarded by ledgerMu
 }
 
-var _ gale.Store = (*Store)(nil)
+var (
+	_ gale.Store        = (*Store)(nil)
+	_ gale.DemandLedger = (*Store)(nil)
+)
+
+// ledger is one counter's demand ledger: the window it records and each
+// member's demand in it.
+type ledger struct {
+	window        int64
+	lapse         int64            // Unix µs: the end of the window after it
+	demands, prev map[string]int64 // in the window, and in the one before
+}
 
 type shard struct {
 	mu   sync.Mutex
@@ -44,7 +58,7 @@ type entry struct {
 
 // New returns an empty Store.
 func New() *Store {
-	s := &Store{seed: maphash.MakeSeed()}
+	s := &Store{seed: maphash.MakeSeed(), ledgers: map[string]*ledger{}}
 	for i := range s.shards {
 		s.shards[i].keys = make(map[string]*entry)
 	}
@@ -182,4 +196,51 @@ func (sh *shard) tick(now int64) {
 			delete(sh.keys, k)
 		}
 	}
+}
+
+// Announce records member's demand for key in the window of rule's period
+// that now falls in and returns the demands gale.DemandLedger says.
+func (s *Store) Announce(ctx context.Context, key string, rule gale.Rule, member string, demand int64, now time.Time) ([]gale.Demand, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := gale.CheckAnnounce(rule, member, demand); err != nil {
+		return nil, err
+	}
+	at, period := now.UnixMicro(), rule.Period.Microseconds()
+	w := at / period
+	s.ledgerMu.Lock()
+	defer s.ledgerMu.Unlock()
+	l := s.ledgers[key]
+	switch {
+	case l != nil && l.window > w:
+		return []gale.Demand{{Member: member, Units: demand}}, nil
+	case l == nil || l.window < w:
+		if len(s.ledgers) >= sweepEvery {
+			for k, o := range s.ledgers {
+				if o.lapse <= at {
+					delete(s.ledgers, k)
+				}
+			}
+		}
+		next := &ledger{window: w, lapse: (w + 2) * period, demands: map[string]int64{}}
+		if l != nil && l.window == w-1 {
+			next.prev = l.demands
+		}
+		l = next
+		s.ledgers[key] = l
+	}
+	l.demands[member] = demand
+	out := make([]gale.Demand, 0, len(l.demands)+len(l.prev))
+	for m, d := range l.demands {
+		out = append(out, gale.Demand{Member: m, Units: d})
+	}
+	if at-w*period < gale.LedgerEarly(rule.Period).Microseconds() {
+		for m, d := range l.prev {
+			if _, heard := l.demands[m]; !heard {
+				out = append(out, gale.Demand{Member: m, Units: d, Past: true})
+			}
+		}
+	}
+	return out, nil
 }

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/throttlekit/throttlekit/pkg/gale"
 )
 
@@ -133,13 +131,7 @@ func (s *Store) ReturnOnce(ctx context.Context, key string, rule gale.Rule, cred
 
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	s.ops.Add(1)
-	s.roundTrips.Add(1)
-	res, err := s.client.EvalSha(rctx, returnOnceScript.sha.(string), keys, args...).Int64()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		s.roundTrips.Add(1)
-		res, err = s.client.Eval(rctx, returnOnceScript.src.(string), keys, args...).Int64()
-	}
+	res, err := s.evalAlone(rctx, returnOnceScript, keys, args...).Int64()
 	if err == nil && (res < int64(ReturnApplied) || res > int64(ReturnExpired)) {
 		err = fmt.Errorf("%w: %d", ErrMalformedReply, res)
 	}

@@ -27,6 +27,8 @@ var (
 	returnLua string
 	//go:embed scripts/return_once.lua
 	returnOnceLua string
+	//go:embed scripts/ledger.lua
+	ledgerLua string
 	//go:embed scripts/charge.lua
 	chargeLua string
 )
