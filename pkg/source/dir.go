@@ -155,6 +155,12 @@ func sameStates(a, b map[string]fileState) bool {
 // atomic renames and Kubernetes ConfigMap updates are seen. It returns an
 // error only when dir cannot be watched.
 func watchDir(ctx context.Context, dir string, debounce time.Duration, log *slog.Logger, sub []string, read func() (judge func(), sub []string)) error {
+	return watchDirReady(ctx, dir, debounce, log, sub, read, nil)
+}
+
+// watchDirReady is watchDir, calling ready (when not nil) once dir is
+// watched: a change made after it is seen.
+func watchDirReady(ctx context.Context, dir string, debounce time.Duration, log *slog.Logger, sub []string, read func() (judge func(), sub []string), ready func()) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -165,6 +171,9 @@ func watchDir(ctx context.Context, dir string, debounce time.Duration, log *slog
 	defer w.Close()
 	if err := w.Add(dir); err != nil {
 		return err
+	}
+	if ready != nil {
+		ready()
 	}
 	watched := map[string]bool{dir: true}
 	watch := func(dirs []string) {

@@ -130,17 +130,29 @@ func (x *XDS) Run(ctx context.Context, apply Apply) error {
 		ctx, cancel = context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Add(1)
+		// The overlay is watched before the first push is asked for: an
+		// edit made once a push is applied is seen (the watcher, started
+		// beside the subscription, missed an edit made right after the
+		// first push on a loaded machine).
+		watching := make(chan struct{})
+		var once sync.Once
+		ready := func() { once.Do(func() { close(watching) }) }
 		go func() {
 			defer wg.Done()
-			if err := watchDir(ctx, dir, x.opts.OverlayDebounce, x.log, nil, func() (func(), []string) {
+			defer ready()
+			if err := watchDirReady(ctx, dir, x.opts.OverlayDebounce, x.log, nil, func() (func(), []string) {
 				// The overlay is read by the judge, under x.mu with the push it
 				// is built on; the empty-file hold still applies.
 				return func() { x.reapply(ctx, apply) }, nil
-			}); err != nil {
+			}, ready); err != nil {
 				x.log.Error("overlay not watched: its changes apply at the next push", "overlay", dir, "error", err)
 			}
 		}()
 		defer func() { cancel(); wg.Wait() }()
+		select {
+		case <-watching:
+		case <-ctx.Done():
+		}
 	}
 	return x.subscribe(ctx, apply)
 }
