@@ -122,12 +122,11 @@ type instrumentedStore struct {
 // (gale.DemandLedger, which the RLQS sidecars share a window by), counted
 // as the store's "announce" calls; gale.ErrNoLedger when it keeps none.
 func (s *instrumentedStore) Announce(ctx context.Context, key string, r gale.Rule, member string, demand int64, now time.Time) ([]gale.Demand, error) {
-	l, ok := s.Store.(gale.DemandLedger)
-	if !ok {
-		return nil, gale.ErrNoLedger
+	if _, ok := s.Store.(gale.DemandLedger); !ok {
+		return nil, gale.ErrNoLedger // no call made: none counted
 	}
 	start := time.Now()
-	d, err := l.Announce(ctx, key, r, member, demand, now)
+	d, err := gale.Announce(ctx, s.Store, key, r, member, demand, now)
 	s.observe("announce", start, err)
 	return d, err
 }

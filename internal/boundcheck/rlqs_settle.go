@@ -464,12 +464,8 @@ func (s rlqsStore) Return(ctx context.Context, key string, rule gale.Rule, credi
 // Announce records a demand in the store's ledger (gale.DemandLedger),
 // stamped as leases are.
 func (s rlqsStore) Announce(ctx context.Context, key string, rule gale.Rule, member string, demand int64, now time.Time) ([]gale.Demand, error) {
-	l, ok := s.Store.(gale.DemandLedger)
-	if !ok {
-		return nil, gale.ErrNoLedger
-	}
 	s.r.stamped(now, "an announcement")
-	return l.Announce(ctx, key, rule, member, demand, now)
+	return gale.Announce(ctx, s.Store, key, rule, member, demand, now)
 }
 
 func (r *rlqsRun) stamped(at time.Time, what string) {

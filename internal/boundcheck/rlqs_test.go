@@ -82,6 +82,16 @@ func TestRLQSBoundsHold(t *testing.T) {
 	})
 }
 
+// poissonRequests are Envoy e's requests of bucket 0, Poisson at rate a
+// second from from until until.
+func poissonRequests(rng *rand.Rand, e int, rate float64, from, until time.Duration) []RLQSStep {
+	var out []RLQSStep
+	for at := from; at < until; at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second)) {
+		out = append(out, RLQSStep{At: at, Kind: RLQSRequest, Envoy: e})
+	}
+	return out
+}
+
 // allowAllFleet is issue 41's ALLOW_ALL shape: two sidecars, eight Envoys
 // (four on each) under Envoy's default no_assignment_behavior, Poisson
 // arrivals whose sum is three times L = 100 per 10 s, one Envoy hot at
@@ -98,9 +108,7 @@ func allowAllFleet(seed uint64) RLQSSchedule {
 		if e%2 == 0 {
 			start = 0 // together, at a boundary
 		}
-		for at := start; at < sc.Length; at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second)) {
-			sc.Steps = append(sc.Steps, RLQSStep{At: at, Kind: RLQSRequest, Envoy: e})
-		}
+		sc.Steps = append(sc.Steps, poissonRequests(rng, e, rate, start, sc.Length)...)
 	}
 	slices.SortStableFunc(sc.Steps, func(a, b RLQSStep) int { return cmp.Compare(a.At, b.At) })
 	return sc

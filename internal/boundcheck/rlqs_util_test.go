@@ -30,9 +30,7 @@ func utilFleet(seed uint64, limit int64, demand float64, windows int, resets boo
 		if e == 0 {
 			rate = 5 * cold
 		}
-		for at := time.Duration(rng.Int64N(int64(time.Second))); at < sc.Length; at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second)) {
-			sc.Steps = append(sc.Steps, RLQSStep{At: at, Kind: RLQSRequest, Envoy: e})
-		}
+		sc.Steps = append(sc.Steps, poissonRequests(rng, e, rate, time.Duration(rng.Int64N(int64(time.Second))), sc.Length)...)
 	}
 	if resets {
 		for i, at := 0, 3*time.Second; at < sc.Length; i, at = i+1, at+3*time.Second {

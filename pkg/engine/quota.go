@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -244,11 +245,10 @@ func (q quotaLeaser) Lease(ctx context.Context, key string, min, max int64, now 
 // demand ledger (ratelimit.QuotaAnnouncer); gale.ErrNoLedger when the
 // store keeps none.
 func (q quotaLeaser) Announce(ctx context.Context, key, member string, demand int64, now time.Time) ([]ratelimit.QuotaDemand, error) {
-	l, ok := q.store.(gale.DemandLedger)
-	if !ok {
-		return nil, gale.ErrNoLedger
+	d, err := gale.Announce(ctx, q.store, key, q.rule, member, demand, now)
+	if errors.Is(err, gale.ErrNoLedger) {
+		return nil, err
 	}
-	d, err := l.Announce(ctx, key, q.rule, member, demand, now)
 	if err != nil {
 		return nil, asStoreFailure(err)
 	}

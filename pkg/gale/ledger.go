@@ -46,6 +46,16 @@ func LedgerEarly(period time.Duration) time.Duration {
 // DemandLedger.
 var ErrNoLedger = errors.New("gale: the store keeps no demand ledger")
 
+// Announce is s's DemandLedger.Announce, or ErrNoLedger when s keeps none:
+// what a store wrapper forwards.
+func Announce(ctx context.Context, s Store, key string, rule Rule, member string, demand int64, now time.Time) ([]Demand, error) {
+	l, ok := s.(DemandLedger)
+	if !ok {
+		return nil, ErrNoLedger
+	}
+	return l.Announce(ctx, key, rule, member, demand, now)
+}
+
 // MaxMember is the longest member name Announce takes.
 const MaxMember = 64
 

@@ -110,7 +110,7 @@ type QuotaLeaser interface {
 // (gale.DemandLedger): Announce records member's demand for key's window
 // at now and returns every member's demand the ledger says. Sidecars
 // leasing one counter announce before they lease, and ask no more than
-// their max-min share (rlqs.FairShare).
+// their max-min share (rlqs.MaxMin).
 type QuotaAnnouncer interface {
 	Announce(ctx context.Context, key, member string, demand int64, now time.Time) ([]QuotaDemand, error)
 }

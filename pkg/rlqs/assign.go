@@ -52,8 +52,7 @@ func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 //
 // A stream that FailsClosed is never told: its Envoy denies without an
 // assignment. Under Envoy's default no_assignment_behavior, ALLOW_ALL, an
-// Envoy left
-// without an action in force admits without limit: for a whole window
+// Envoy left without an action in force admits without limit: for a whole window
 // when it got no share (2.0–3.1 L at 3L demand, issue 41), and for the
 // second or so between its assignment's expiry (before the window ends,
 // by Guard and the TTL's rounding) and the next window's assignment.
@@ -68,7 +67,7 @@ func (m *Machine) denyStarved(b *Bucket, now time.Time, a *Actions) (wake time.T
 	if end.IsZero() {
 		return time.Time{}
 	}
-	ahead := 2 * m.guard()
+	ahead, noSeal := 2*m.guard(), m.Fault&FaultNoSeal != 0
 	ttl := (end.Sub(now) + time.Second - 1).Truncate(time.Second) + time.Second
 	soonest := func(t time.Time) {
 		if t.After(now) && (wake.IsZero() || t.Before(wake)) {
@@ -80,7 +79,6 @@ func (m *Machine) denyStarved(b *Bucket, now time.Time, a *Actions) (wake time.T
 		if st.FailsClosed {
 			continue // its Envoy denies without an assignment
 		}
-		noSeal := m.Fault&FaultNoSeal != 0
 		if seal := st.Expires.Add(-ahead); now.Before(seal) {
 			if !noSeal {
 				soonest(seal) // it spends its assignment until then

@@ -24,10 +24,9 @@
 // the store for other sidecars), at most the limit, and splits what it was
 // granted among them max-min fairly by demand. (How much of the limit one
 // sidecar asks, among several, is the driver's: pkg/rlqsserver caps each
-// lease by the sidecar's FairShare of the demands the sidecars announce in
-// the store's demand ledger. The machine's bound holds for any grant.) An
-// Envoy
-// whose demand is unknown (it has only subscribed) is predicted at the
+// lease by the sidecar's max-min share (MaxMin) of the demands announced in
+// the store's demand ledger. The machine's bound holds for any grant.)
+// An Envoy whose demand is unknown (it has only subscribed) is predicted at the
 // bucket's mean per-Envoy rate, or, when no rate is known, at
 // L/PriorShares per window: a sidecar whose Envoys subscribe first does not
 // lease the whole window for them; their next report makes their rates

@@ -159,11 +159,33 @@ func (b *bucket) fairShare(ctx context.Context, lim ratelimit.QuotaLimit, ask rl
 	if slices.ContainsFunc(demands, func(d ratelimit.QuotaDemand) bool { return d.Past }) {
 		return 0, gale.LedgerEarly(lim.Window) + time.Millisecond, true
 	}
-	ds := make([]gale.Demand, len(demands))
-	for i, d := range demands {
-		ds[i] = gale.Demand(d)
+	return max(fairShareOf(lim.Limit, demands, b.srv.opts.Member)-held, 0), 0, true
+}
+
+// fairShareOf is member own's max-min share of total units among demands
+// (own's among them, by name; a member named twice counts once, its first
+// entry), the remainder's +1s going to the smallest names (rlqs.MaxMin
+// over the demands in name order): sidecars that read the same demands
+// ask shares that add up to min(total, Σ demands). 0 when own is not
+// among them.
+//
+// A window's L is shared among the sidecars leasing one counter by their
+// Envoys' demand (gale.DemandLedger): first come, a sidecar whose Envoys'
+// demand covered L took the whole window every window, and the other
+// sidecars' Envoys got nothing (issue 41, item 9).
+func fairShareOf(total int64, demands []ratelimit.QuotaDemand, own string) int64 {
+	d := slices.Clone(demands)
+	slices.SortStableFunc(d, func(a, b ratelimit.QuotaDemand) int { return cmp.Compare(a.Member, b.Member) })
+	d = slices.CompactFunc(d, func(a, b ratelimit.QuotaDemand) bool { return a.Member == b.Member })
+	i := slices.IndexFunc(d, func(x ratelimit.QuotaDemand) bool { return x.Member == own })
+	if i < 0 {
+		return 0
 	}
-	return max(rlqs.FairShare(lim.Limit, ds, b.srv.opts.Member)-held, 0), 0, true
+	w := make([]int64, len(d))
+	for j, x := range d {
+		w[j] = x.Units
+	}
+	return rlqs.MaxMin(total, w)[i]
 }
 
 // giveBackLocked returns units the machine did not assign from its window

@@ -1,33 +1,32 @@
-package rlqs_test
+package rlqsserver
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/throttlekit/throttlekit/pkg/gale"
-	"github.com/throttlekit/throttlekit/pkg/rlqs"
+	"github.com/throttlekit/throttlekit/pkg/ratelimit"
 )
 
-// TestFairShareIsMaxMin: every member's share is at most its demand; the
+// TestFairShareOfIsMaxMin: every member's share is at most its demand; the
 // shares add up to min(total, Σ demands); a member short of its demand
 // gets at least as much as any other member (max-min); and every member
 // computes its share from the same demands alike, whatever their order.
-func TestFairShareIsMaxMin(t *testing.T) {
+func TestFairShareOfIsMaxMin(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 9))
 	for n := range 2000 {
-		var ds []gale.Demand
+		var ds []ratelimit.QuotaDemand
 		for m := range 1 + rng.IntN(6) {
-			ds = append(ds, gale.Demand{Member: fmt.Sprintf("m%d", m), Units: rng.Int64N(60)})
+			ds = append(ds, ratelimit.QuotaDemand{Member: fmt.Sprintf("m%d", m), Units: rng.Int64N(60)})
 		}
 		total := rng.Int64N(200)
 		var sum, dsum int64
 		shares := map[string]int64{}
 		for _, d := range ds {
-			perm := append([]gale.Demand(nil), ds...)
+			perm := append([]ratelimit.QuotaDemand(nil), ds...)
 			rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
-			s := rlqs.FairShare(total, perm, d.Member)
-			if s2 := rlqs.FairShare(total, ds, d.Member); s != s2 {
+			s := fairShareOf(total, perm, d.Member)
+			if s2 := fairShareOf(total, ds, d.Member); s != s2 {
 				t.Fatalf("case %d: %s's share %d in one order, %d in another", n, d.Member, s, s2)
 			}
 			if s < 0 || s > d.Units {
@@ -48,7 +47,7 @@ func TestFairShareIsMaxMin(t *testing.T) {
 			}
 		}
 	}
-	if got := rlqs.FairShare(10, []gale.Demand{{Member: "a", Units: 5}}, "b"); got != 0 {
+	if got := fairShareOf(10, []ratelimit.QuotaDemand{{Member: "a", Units: 5}}, "b"); got != 0 {
 		t.Errorf("a member not among the demands gets %d", got)
 	}
 }
