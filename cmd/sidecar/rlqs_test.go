@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -52,11 +53,19 @@ func quotaStream(t *testing.T, ctx context.Context, addr string, creds credentia
 	}}}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := st.Recv()
-	if err != nil {
-		t.Fatalf("no answer to a subscription: %v", err)
+	// A subscription in a window's last second or so cannot be assigned
+	// that window: it is told DENY_ALL to the window's end (its first
+	// request was allowed: Envoy's default), and assigned at the next.
+	for {
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatalf("no answer to a subscription: %v", err)
+		}
+		a := r.GetBucketAction()[0]
+		if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+			return st, a
+		}
 	}
-	return st, r.GetBucketAction()[0]
 }
 
 // assigned checks a is a token bucket of 1..100 units living less than the
