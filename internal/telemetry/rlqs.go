@@ -12,6 +12,7 @@ import (
 // never a bucket's values.
 var (
 	descRLQSAssignments    = prometheus.NewDesc("throttlekit_rlqs_assignments_total", "Token-bucket quota assignments sent to Envoys (RLQS), by rule.", []string{"domain", "rule"}, nil)
+	descRLQSTopUps         = prometheus.NewDesc("throttlekit_rlqs_top_ups_total", "Assignments that topped up an Envoy which had spent its share mid-window (sent behind a DENY_ALL so the new bucket starts full; what the spent bucket had left stays charged), by rule; counted in throttlekit_rlqs_assignments_total too.", []string{"domain", "rule"}, nil)
 	descRLQSUnits          = prometheus.NewDesc("throttlekit_rlqs_assigned_units_total", "Units assigned (the sum of the assignments' max_tokens), each charged in full to its window, by rule.", []string{"domain", "rule"}, nil)
 	descRLQSExpiries       = prometheus.NewDesc("throttlekit_rlqs_expiries_total", "Assignments whose time to live ended (each ends before its window does) while their stream was subscribed, by rule.", []string{"domain", "rule"}, nil)
 	descRLQSAbandons       = prometheus.NewDesc("throttlekit_rlqs_abandons_total", "AbandonActions sent (a subscription idle past --rlqs-abandon-idle), by rule.", []string{"domain", "rule"}, nil)
@@ -35,7 +36,7 @@ type RLQSCollector struct {
 
 // Describe sends the descriptors of every series c collects.
 func (RLQSCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRLQSAssignments, descRLQSUnits, descRLQSExpiries, descRLQSAbandons, descRLQSReported,
+	for _, d := range []*prometheus.Desc{descRLQSAssignments, descRLQSTopUps, descRLQSUnits, descRLQSExpiries, descRLQSAbandons, descRLQSReported,
 		descRLQSLeased, descRLQSReturned, descRLQSStreams, descRLQSBlanket, descRLQSSkipped, descRLQSSuperseded, descRLQSRefusedStreams, descRLQSMessages, descRLQSActions} {
 		ch <- d
 	}
@@ -52,6 +53,7 @@ func (c RLQSCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, r := range s.Rules {
 		counter(descRLQSAssignments, r.Assignments, r.Rule.Domain, r.Rule.Name)
+		counter(descRLQSTopUps, r.TopUps, r.Rule.Domain, r.Rule.Name)
 		counter(descRLQSUnits, r.Units, r.Rule.Domain, r.Rule.Name)
 		counter(descRLQSExpiries, r.Expiries, r.Rule.Domain, r.Rule.Name)
 		counter(descRLQSAbandons, r.Abandons, r.Rule.Domain, r.Rule.Name)

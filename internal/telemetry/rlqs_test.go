@@ -21,16 +21,17 @@ func TestRLQSCollector(t *testing.T) {
 	}
 	s = rlqsserver.Stats{
 		Rules: []rlqsserver.RuleStats{{Rule: ratelimit.RuleRef{Domain: "api", Name: "per-tenant"},
-			Assignments: 7, Units: 90, Expiries: 5, Abandons: 1, Allowed: 80, Denied: 9, Leased: 100, Returned: 10}},
+			Assignments: 7, TopUps: 2, Units: 90, Expiries: 5, Abandons: 1, Allowed: 80, Denied: 9, Leased: 100, Returned: 10}},
 		StreamsOpen: 3,
 		Blanket:     map[rlqsserver.BlanketReason]int64{{Action: "deny_all", Reason: "refused"}: 2},
 		Skipped:     map[string]int64{"bucket_id": 4},
 	}
-	if n := testutil.CollectAndCount(c); n != base+8 {
-		t.Errorf("one rule: %d series, want %d", n, base+8)
+	if n := testutil.CollectAndCount(c); n != base+9 {
+		t.Errorf("one rule: %d series, want %d", n, base+9)
 	}
 	for name, want := range map[string]float64{
 		"throttlekit_rlqs_assignments_total":    7,
+		"throttlekit_rlqs_top_ups_total":        2,
 		"throttlekit_rlqs_assigned_units_total": 90,
 		"throttlekit_rlqs_expiries_total":       5,
 		"throttlekit_rlqs_abandons_total":       1,

@@ -12,10 +12,10 @@ import (
 // streams that must deny, and sets the instant the driver must tick at.
 func (m *Machine) next(b *Bucket, now time.Time, a *Actions) {
 	if b.Lease == 0 && !now.Before(b.RefusedUntil) {
-		if want := m.ask(b, now, b.Leases+1); want >= 1 {
+		if want, topUp := m.ask(b, now, b.Leases+1); want >= 1 {
 			b.Leases++
 			b.Lease, b.LeaseSent = b.Leases, now
-			a.Lease = LeaseAsk{ID: b.Lease, Min: 1, Max: want}
+			a.Lease = LeaseAsk{ID: b.Lease, Min: 1, Max: want, TopUp: topUp}
 		}
 	}
 	wake := m.denyStarved(b, now, a)
@@ -131,22 +131,22 @@ func (m *Machine) denyEnd(b *Bucket, now time.Time) time.Time {
 // would send (its TTL: an Envoy cannot spend a share after it expires), at
 // most what the window has left of L for this sidecar; 0 for no lease.
 // Each stream it counts is marked as asked for by lease id (the lease it
-// will be, when the answer is at least 1).
-func (m *Machine) ask(b *Bucket, now time.Time, id uint64) int64 {
+// will be, when the answer is at least 1); topUp reports that a stream
+// that spent its assignment of the window is among them.
+func (m *Machine) ask(b *Bucket, now time.Time, id uint64) (want int64, topUp bool) {
 	// Before the window's grant, its end is unknown: the window begins now.
 	left, room := m.ttl(now.Add(m.Window), now), m.Limit
 	if b.inWindow(now) {
 		if left = m.ttl(b.Until, now); left < time.Second {
-			return 0 // too late to assign anything in this window
+			return 0, false // too late to assign anything in this window
 		}
 		room = m.Limit - (b.Leased - b.Returned)
 	}
-	var want int64
 	var mean float64
 	known, measured := false, false
 	for i := range b.Streams {
 		st := &b.Streams[i]
-		if cur := b.current(st, now); cur && m.Fault&FaultTopUpDifference == 0 || !cur && now.Before(st.Live) {
+		if cur := b.current(st, now); cur && m.Fault&FaultTopUpDifference == 0 && !b.hungry(st, now) || !cur && now.Before(st.Live) {
 			continue // want would say 0 (the report path's usual case)
 		}
 		if !measured {
@@ -156,18 +156,24 @@ func (m *Machine) ask(b *Bucket, now time.Time, id uint64) int64 {
 		if w := m.want(b, st, now, left, mean, known); w > 0 {
 			want = min(want+w, m.Limit)
 			st.Asked = id
+			topUp = topUp || b.hungry(st, now)
 		}
 	}
-	return min(want, room)
+	return min(want, room), topUp
 }
 
 // want is how many units stream st should get over left (the TTL of the
 // assignment it would be sent) at now: 0 when it holds an assignment in
-// the window, or may still enforce one; otherwise its predicted demand.
+// the window it has not spent, or may still enforce one; otherwise its
+// predicted demand (a stream that spent its assignment: over the rest of
+// the window, as a fresh bucket).
 func (m *Machine) want(b *Bucket, st *Stream, now time.Time, left time.Duration, mean float64, known bool) int64 {
 	if b.current(st, now) {
-		if m.Fault&FaultTopUpDifference != 0 {
+		switch {
+		case m.Fault&FaultTopUpDifference != 0:
 			return max(m.demand(st, left, mean, known)-st.Share, 0)
+		case b.hungry(st, now):
+			return m.demand(st, left, mean, known)
 		}
 		return 0
 	}
@@ -228,14 +234,19 @@ func (m *Machine) assign(b *Bucket, id uint64, now time.Time, granted int64, a *
 			continue
 		}
 		st := &b.Streams[i]
-		if !b.current(st, now) {
-			st.Share = 0 // a share of an older window
+		fresh := b.hungry(st, now) && m.Fault&FaultTopUpDifference == 0
+		from := now
+		if st.Window.IsZero() {
+			from = now.Add(-m.guard()) // its first: see Stream.Assigned
+		}
+		if !b.current(st, now) || fresh {
+			st.Share = 0 // a share of an older window, or a spent one
 		}
 		st.Window, st.Share, st.Live, st.Expires = b.WindowEnd, st.Share+n, live, now.Add(ttl)
-		st.Denied = time.Time{} // the assignment replaces it
+		st.Denied, st.Assigned, st.Hungry = time.Time{}, from, time.Time{} // the assignment replaces a deny
 		b.Sent += n
 		granted -= n
-		b.buf = append(b.buf, Assignment{Stream: st.ID, MaxTokens: st.Share, TokensPerFill: 1, FillInterval: m.fillInterval(), TTL: ttl})
+		b.buf = append(b.buf, Assignment{Stream: st.ID, MaxTokens: st.Share, TokensPerFill: 1, FillInterval: m.fillInterval(), TTL: ttl, Fresh: fresh})
 	}
 	if len(b.buf) > 0 {
 		a.Assign = b.buf
@@ -343,6 +354,12 @@ func (b *Bucket) inWindow(now time.Time) bool {
 // current reports whether st holds an assignment of the window in place.
 func (b *Bucket) current(st *Stream, now time.Time) bool {
 	return !st.Window.IsZero() && st.Window.Equal(b.WindowEnd) && b.inWindow(now)
+}
+
+// hungry reports whether st spent its assignment of the window in place
+// and is to be topped up (Stream.Hungry).
+func (b *Bucket) hungry(st *Stream, now time.Time) bool {
+	return !st.Hungry.IsZero() && st.Hungry.Equal(b.WindowEnd) && b.current(st, now)
 }
 
 // mean is the mean rate of the streams whose rate is known, and whether any is.

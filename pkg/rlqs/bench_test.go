@@ -20,7 +20,7 @@ func BenchmarkReport(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		a, err := r.m.Report(&r.b, now, rlqs.StreamID(i%8+1), 40, 2, 5*time.Second)
+		a, err := r.m.Report(&r.b, now, rlqs.StreamID(i%8+1), 40, 0, 5*time.Second)
 		if err != nil || a.Lease.ID != 0 {
 			b.Fatal(err, a)
 		}

@@ -52,12 +52,17 @@
 // reconnect on a new connection is a new subscriber) gets only what is
 // not assigned: the sidecar leases for it
 // (demand unknown: as above, over the TTL its assignment would have) and
-// assigns what it got. An Envoy that holds an assignment in the
-// window is never topped up: on Envoy versions where a replaced bucket
-// starts full, a top-up would admit more than it was charged; on newer ones
-// it starts at the old bucket's depleted ratio and would admit less than
-// asked. Units leased and not assigned go back to the store's window as
-// soon as they are known unneeded.
+// assigns what it got. An Envoy that holds an assignment in the window
+// is topped up only once it has spent it (Stream.Hungry: a report of
+// requests denied over an interval that began after the assignment was
+// sent), with its predicted demand over the rest of the window, charged
+// in full, as a fresh bucket sent behind a blanket DENY_ALL
+// (Assignment.Fresh): Envoy drops the spent bucket and builds the new
+// one full on every version. (Sent alone, a different bucket starts full
+// on older Envoys, which a top-up charged only its increase would
+// overspend, and at the old bucket's depleted ratio on newer ones.)
+// Units leased and not assigned go back to the store's window as soon as
+// they are known unneeded.
 //
 // A stream whose Envoy admits without an assignment (any but one that
 // subscribed with Envoy's immediate report of a denied first request:
@@ -65,7 +70,8 @@
 // assignment it may spend: without a share of the window, and from two
 // Guards before its assignment expires (see denyStarved).
 //
-// Bound: Σ admitted per window ≤ Σ max_tokens sent for it ≤ leased ≤ L,
+// Bound: Σ admitted per window ≤ Σ max_tokens sent for it ≤ leased ≤ L
+// (an Envoy admits at most a bucket's max_tokens from each it is sent),
 // when one-way delivery latency is under Guard (under Envoy's default
 // no_assignment_behavior, ALLOW_ALL, plus each Envoy's first request of
 // the bucket, while its stream stays up). RequestsPerTimeUnit (which

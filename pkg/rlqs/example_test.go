@@ -11,7 +11,9 @@ import (
 // A window of 10 s and a limit of 30: two Envoys subscribe 1 s into a
 // window, their demand unknown (each predicted at L/8 per window, 0.375/s,
 // over its 8 s TTL: 3), then report demands of 1 and 2 requests per
-// second; at the next window the sidecar leases their predicted demand
+// second (the second one denied 6 of 10: it spent its 3, and is topped up
+// with its demand over the 3 s of TTL left, a fresh bucket sent behind a
+// DENY_ALL); at the next window the sidecar leases their predicted demand
 // over the assignment's 9 s TTL (9 and 18) and assigns it, each to expire
 // before the window ends less the Guard, in whole seconds. Each is told
 // DENY_ALL two Guards before its assignment expires, to a second past the
@@ -32,7 +34,11 @@ func Example() {
 				fmt.Printf("%v: stream %d told DENY_ALL for %v\n", now.Sub(t0), x.Stream, x.TTL)
 				continue
 			}
-			fmt.Printf("%v: stream %d gets %d tokens, 1 per %v, for %v\n", now.Sub(t0), x.Stream, x.MaxTokens, x.FillInterval, x.TTL)
+			what := "gets"
+			if x.Fresh {
+				what = "is topped up with"
+			}
+			fmt.Printf("%v: stream %d %s %d tokens, 1 per %v, for %v\n", now.Sub(t0), x.Stream, what, x.MaxTokens, x.FillInterval, x.TTL)
 		}
 		if a.Return.Credits > 0 {
 			used[a.Return.WindowEnd] -= a.Return.Credits
@@ -62,6 +68,7 @@ func Example() {
 	// Output:
 	// 1s: stream 1 gets 3 tokens, 1 per 20s, for 8s
 	// 1s: stream 2 gets 3 tokens, 1 per 20s, for 8s
+	// 6s: stream 2 is topped up with 6 tokens, 1 per 20s, for 3s
 	// tick at 8.5s
 	// 8.5s: stream 1 told DENY_ALL for 3s
 	// 8.5s: stream 2 told DENY_ALL for 3s

@@ -182,6 +182,15 @@ type Stream struct {
 	// subscribed by the time it landed, gave each an eighth of what it
 	// asked for, and none was topped up: issue 41.)
 	Asked uint64
+	// Assigned is when the stream's newest assignment was sent (less a
+	// Guard for its first one: see ReportFrom), Reported when its latest
+	// report came. Hungry is the window (WindowEnd) in which the stream,
+	// holding an assignment of it, reported requests denied over an
+	// interval that began (at its previous report) no earlier than
+	// Assigned: it has spent the assignment, and is topped up (see
+	// Assignment.Fresh) from what the window has left.
+	Assigned, Reported time.Time
+	Hungry             time.Time
 }
 
 // Assignment is a TokenBucket QuotaAssignmentAction to send on a stream,
@@ -203,6 +212,15 @@ type Assignment struct {
 	// place, sent ahead of its expiry (denyStarved); otherwise the stream
 	// got no share of the window.
 	Seal bool
+	// Fresh: a top-up to a stream that spent its assignment of the window
+	// in place. The driver sends it behind a blanket DENY_ALL in one
+	// message, so that Envoy drops the live bucket (and what is left in
+	// it, charged all the same) and starts this one full, on every Envoy
+	// version: replacing a bucket directly starts it full on older Envoys
+	// and at the old bucket's depleted ratio on newer ones, and an equal
+	// bucket would keep its tokens. Its cost is MaxTokens, as any
+	// assignment's.
+	Fresh bool
 }
 
 // LeaseAsk is a lease the driver asks the store for: Store.Lease(key, rule,
@@ -210,6 +228,10 @@ type Assignment struct {
 type LeaseAsk struct {
 	ID       uint64
 	Min, Max int64
+	// TopUp: the lease is asked for streams that spent their assignment
+	// of the window in place (Stream.Hungry), among others maybe: it is
+	// for what the window has left, first come.
+	TopUp bool
 }
 
 // Actions is what the driver must do after an event, in this order: give
@@ -291,7 +313,24 @@ func (m *Machine) ReportFrom(b *Bucket, now time.Time, s StreamID, g uint64, all
 			r = (st.Rate + r) / 2
 		}
 		st.Rate, st.Known = r, true
+		// Denied over an interval (from its previous report: Envoy's
+		// time_elapsed is truncated, the receipt is not) that began
+		// after its assignment was sent: it spent the assignment, and is
+		// topped up from what the window has left. An interval that began
+		// earlier holds the denials of what was in force before (a seal,
+		// a deny, an expiry under DENY_ALL), which say nothing of this
+		// assignment: in a window's steady state only the second report
+		// after the window's assignment can top it up (a Guard's slack
+		// there let a report 0.25 s before a window's start, which
+		// counted the seal's denials, replace a live bucket: 4 of 35
+		// windows fell under 0.90 of L in TestRLQSUtilization). A
+		// stream's first assignment (its subscription's) may be sent up
+		// to a Guard after the interval began, while its lease is asked.
+		if denied > 0 && b.current(st, now) && !st.Reported.IsZero() && !st.Reported.Before(st.Assigned) {
+			st.Hungry = b.WindowEnd
+		}
 	}
+	st.Reported = now
 	var a Actions
 	if m.Fault&FaultRefreshTTL != 0 && b.current(st, now) {
 		ttl := m.Window.Truncate(time.Second)

@@ -40,11 +40,21 @@ func TestWindowSplitByDemand(t *testing.T) {
 	// L/PriorShares = 50/8 per 10 s window, 0.625/s, over its 9 s TTL:
 	// ⌈5.625⌉ = 6 each, 18 of 50 leased; the rest stays in the store for
 	// the fleet (the limit's pace gave stream 1 all 50).
-	if got := r.shares(0); len(got) != 3 || got[1] != 6 || got[2] != 6 || got[3] != 6 || r.b.Leased != 18 {
-		t.Fatalf("first window: %v, leased %d: want 6 to each of the three, 18 leased", r.sent, r.b.Leased)
+	if len(r.sent) < 3 || r.sent[0].MaxTokens != 6 || r.sent[1].MaxTokens != 6 || r.sent[2].MaxTokens != 6 || r.sent[2].at != t0.Add(100*time.Millisecond) {
+		t.Fatalf("first window: %v: want 6 to each of the three at their subscriptions, 18 leased", r.sent)
 	}
 	if r.sent[0].TTL != 9*time.Second || r.sent[0].FillInterval != 20*time.Second || r.sent[0].TokensPerFill != 1 {
 		t.Fatalf("first assignment %+v: want TTL 9 s (floor of 9.9 − 0.25), fill 20 s, 1 per fill", r.sent[0])
+	}
+	// At 5 s streams 2 and 3 report denials over the whole interval since
+	// their assignments: they spent them, and are topped up from the 32
+	// left, each with its demand over the 4 s TTL left (2/s: 8; 7/s: 28,
+	// of which 24 are left), as fresh buckets. Stream 1 denied nothing.
+	if up := r.sent[3:]; len(up) != 2 || up[0].Stream != 2 || up[0].MaxTokens != 8 || !up[0].Fresh || up[1].Stream != 3 || up[1].MaxTokens != 24 || !up[1].Fresh || up[1].TTL != 4*time.Second {
+		t.Fatalf("top-ups at 5 s: %v, want stream 2 8 and stream 3 24, fresh, for 4 s", up)
+	}
+	if r.b.Leased != 50 || r.b.Sent != 50 {
+		t.Fatalf("first window: leased %d sent %d, want 50 50", r.b.Leased, r.b.Sent)
 	}
 	n := len(r.sent)
 	r.tick(t0.Add(10 * time.Second))
@@ -258,8 +268,8 @@ func TestTTL(t *testing.T) {
 
 // TestAssignmentsEndBeforeWindow: over many windows of reports, every
 // assignment (sent + TTL + Guard) ends by its window's end, and no stream
-// is sent two in one window (no equal resend); under FaultRefreshTTL the
-// check fails.
+// is sent two in one window but a fresh top-up (no equal resend); under
+// FaultRefreshTTL the check fails.
 func TestAssignmentsEndBeforeWindow(t *testing.T) {
 	for _, tc := range []struct {
 		fault rlqs.Fault
@@ -282,7 +292,7 @@ func TestAssignmentsEndBeforeWindow(t *testing.T) {
 				bad++
 			}
 			k := [2]int64{int64(s.Stream), s.until.Unix()}
-			if per[k]++; per[k] > 1 {
+			if per[k]++; per[k] > 1 && !s.Fresh {
 				bad++
 			}
 		}

@@ -21,7 +21,7 @@ import (
 func BenchmarkDecodeReports(b *testing.B) {
 	m := &rlqspb.RateLimitQuotaUsageReports{Domain: "api"}
 	for i := range 16 {
-		m.BucketQuotaUsages = append(m.BucketQuotaUsages, bucketUsage(map[string]string{"tenant": string(rune('a' + i)), "path": "/v1/items"}, 40, 3, durationpb.New(5*time.Second)))
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, bucketUsage(map[string]string{"tenant": string(rune('a' + i)), "path": "/v1/items"}, 40, 0, durationpb.New(5*time.Second)))
 	}
 	var d decoder
 	b.ReportAllocs()
@@ -56,7 +56,7 @@ func BenchmarkReport(b *testing.B) {
 	str := newStream(1, 1, s.stats)
 	m := &rlqspb.RateLimitQuotaUsageReports{Domain: "api"}
 	for i := range 16 {
-		m.BucketQuotaUsages = append(m.BucketQuotaUsages, bucketUsage(map[string]string{"tenant": string(rune('a' + i)), "path": "/v1/items"}, 40, 3, durationpb.New(5*time.Second)))
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, bucketUsage(map[string]string{"tenant": string(rune('a' + i)), "path": "/v1/items"}, 40, 0, durationpb.New(5*time.Second)))
 	}
 	if err := s.handle(str, m); err != nil { // subscribes: leases in the background
 		b.Fatal(err)

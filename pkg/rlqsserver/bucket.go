@@ -266,11 +266,20 @@ func (b *bucket) doLocked(acts rlqs.Actions, now time.Time) {
 		b.srv.stats.rule(b.rule(), func(r *RuleStats) {
 			r.Assignments++
 			r.Units += a.MaxTokens
+			if a.Fresh {
+				r.TopUps++
+			}
 		})
 		if s == nil {
 			continue // left meanwhile: the machine charged it all the same
 		}
-		s.st.push(b.key, b.tokenBucket(a))
+		d := due{action: b.tokenBucket(a)}
+		if a.Fresh {
+			// Envoy drops the spent bucket at the DENY_ALL and builds the
+			// top-up full (rlqs.Assignment.Fresh).
+			d.deny = b.action(&typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}, a.TTL)
+		}
+		s.st.pushDue(b.key, d)
 	}
 	if l := acts.Lease; l.ID != 0 {
 		b.leaseAsync(l, now)
@@ -299,8 +308,12 @@ func (b *bucket) leaseAsync(l rlqs.LeaseAsk, sent time.Time) {
 	// first come: a burst of new buckets costs no ledger round trips (3,000
 	// buckets subscribed at once took more than 10 s to lease beside
 	// another test run).
+	// A top-up is for what the window has left, first come: sized by
+	// this sidecar's share, the top-ups of one window announced and
+	// waited for in the ledger as a window's first lease, and left the
+	// other sidecar 5 of its 30 (TestSidecarsShareAWindowByDemand).
 	w := sent.UnixMicro() / max(limits[0].Window.Microseconds(), 1)
-	share := w != b.shared && !b.state.Until.IsZero()
+	share := w != b.shared && !b.state.Until.IsZero() && !l.TopUp
 	b.srv.callStarted()
 	go func() {
 		defer b.srv.callDone()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -180,6 +181,11 @@ func TestAGreedyReporterGetsOnlyWhatHonestOnesLeave(t *testing.T) {
 	for _, e := range es[1:] {
 		e.report(true, usage{bucket: tenantA, allowed: 1, elapsed: 5 * time.Second})
 	}
+	// The greedy one's report says it spent its 11: it is topped up with
+	// the 56 the four subscriptions left in this window.
+	if n, _ := tokens(t, es[0].nextGrant(tenantA)); n != limit-4*11 {
+		t.Errorf("greedy top-up %d, want the %d left", n, limit-4*11)
+	}
 	clk.Set(t0.Add(window))
 	greedy, _ := tokens(t, es[0].nextGrant(tenantA))
 	sum := greedy
@@ -236,6 +242,79 @@ func TestEnvoysSubscribingTogetherEachGetTheirShare(t *testing.T) {
 	if sum > limit {
 		t.Fatalf("Σ %d > L %d", sum, limit)
 	}
+}
+
+// TestAnEnvoyThatSpentItsShareIsToppedUp (issue 41, item 1), on a real
+// Redis: an Envoy alone on a bucket subscribes at a window's start and is
+// predicted at L/8 (13 of 100 over its 59 s TTL). Its first periodic
+// report shows requests denied over the 5 s since: it has spent its share,
+// and the window has 87 left, so it is topped up with them, a fresh token
+// bucket behind a DENY_ALL in one message (the Envoy drops the spent
+// bucket and builds the new one full). A report without denials, one in a
+// spent window, or one whose interval began before the assignment (the
+// next window's first report, which holds the denials of the window
+// before) tops up nothing. Before, an Envoy holding an assignment was
+// never topped up: it got 13 of a window its demand of 42 a second could
+// have filled.
+func TestAnEnvoyThatSpentItsShareIsToppedUp(t *testing.T) {
+	clk := clock.NewFake(t0)
+	sc := startSidecar(t, stores(t)["redis"](t), clk, rlqsserver.Options{})
+	e := connect(t, sc)
+	e.subscribe(tenantA)
+	first, ttl := tokens(t, e.nextGrant(tenantA))
+	if first != 13 || ttl != 59*time.Second {
+		t.Fatalf("subscription: %d tokens for %v, want 13 for 59 s", first, ttl)
+	}
+	// quiet: no token bucket sent (a seal, a DENY_ALL two Guards before
+	// an assignment expires, may be).
+	quiet := func(when string) {
+		t.Helper()
+		settled(t, sc)
+		for _, a := range e.pending(tenantA) {
+			if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() != nil {
+				t.Fatalf("%s: %v, want no token bucket", when, a)
+			}
+		}
+	}
+	clk.Set(t0.Add(5 * time.Second))
+	e.report(true, usage{bucket: tenantA, allowed: 13, denied: 0, elapsed: 5 * time.Second})
+	quiet("a report without denials")
+	clk.Set(t0.Add(10 * time.Second))
+	e.report(true, usage{bucket: tenantA, allowed: 0, denied: 230, elapsed: 5 * time.Second})
+	deny := e.next(tenantA)
+	if deny.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+		t.Fatalf("top-up: first %v, want a DENY_ALL ahead of the token bucket", deny)
+	}
+	up := e.next(tenantA)
+	n, ttl := tokens(t, up)
+	if n != limit-first || ttl != 49*time.Second {
+		t.Errorf("top-up: %d tokens for %v, want the window's %d left for the 49 s left", n, ttl, limit-first)
+	}
+	if !e.together(deny, up) {
+		t.Error("the top-up and its DENY_ALL came in two messages: between them the Envoy denies, and apart a newer Envoy keeps the spent bucket's ratio")
+	}
+	if st := sc.srv.Stats().Rules[0]; st.TopUps != 1 || st.Units != limit {
+		t.Errorf("stats: %d top-ups, %d units assigned; want 1 and %d", st.TopUps, st.Units, limit)
+	}
+	clk.Set(t0.Add(55 * time.Second))
+	e.report(true, usage{bucket: tenantA, allowed: 87, denied: 120, elapsed: 45 * time.Second})
+	quiet("spent again with the window spent")
+	// Idle reports halve its smoothed rate each (14.4/s to 0.9/s).
+	for at := 56 * time.Second; at < window; at += time.Second {
+		clk.Set(t0.Add(at))
+		e.report(true, usage{bucket: tenantA, elapsed: time.Second})
+	}
+	quiet("idle reports")
+	// The next window: its assignment (0.9/s over 59 s: 54 of 100), then
+	// a report whose interval began at 59 s, before it: its denials are
+	// the window before's, and the 46 left stay in the store.
+	clk.Set(t0.Add(window))
+	if n, _ := tokens(t, e.nextGrant(tenantA)); n != 54 {
+		t.Fatalf("second window: %d tokens, want 54", n)
+	}
+	clk.Set(t0.Add(window + 2*time.Second))
+	e.report(true, usage{bucket: tenantA, allowed: 20, denied: 30, elapsed: 3 * time.Second})
+	quiet("a report whose interval began before the assignment")
 }
 
 // TestStreamsAndBucketsAreBounded (issue 41, item 4): one client
@@ -432,6 +511,16 @@ func TestSidecarsShareAWindowByDemand(t *testing.T) {
 		clk.Set(t0.Add(time.Duration(w)*window - 10*time.Second))
 		a.report(true, usage{bucket: tenantA, denied: 1 << 30, elapsed: 5 * time.Second})
 		b.report(true, usage{bucket: tenantA, allowed: 2, denied: 1, elapsed: 6 * time.Second})
+		// Each Envoy has spent its share of the window before: each is
+		// topped up from what it has left (or refused) before it ends.
+		// A sync report behind each top-up reaches its Envoy after it,
+		// and the top-ups are put aside.
+		settled(t, sidecars[0])
+		settled(t, sidecars[1])
+		a.report(true)
+		b.report(true)
+		a.pending(tenantA)
+		b.pending(tenantA)
 		clk.Set(t0.Add(time.Duration(w) * window))
 		// Both announce at the window's start; the one that announces
 		// first waits for the other, up to the ledger's early part of

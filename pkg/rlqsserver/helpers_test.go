@@ -106,6 +106,7 @@ type envoy struct {
 	ended  chan error
 	stash  []*rlqspb.RateLimitQuotaResponse_BucketAction
 	domain string
+	msgOf  sync.Map // *BucketAction → the number of the message it came in
 }
 
 func connect(t *testing.T, s *sidecar) *envoy {
@@ -136,13 +137,14 @@ func connectOn(t *testing.T, conn *grpc.ClientConn) *envoy {
 	e := &envoy{t: t, cancel: cancel, st: st, in: make(chan *rlqspb.RateLimitQuotaResponse_BucketAction, 1024), ended: make(chan error, 1), domain: "q"}
 	var once sync.Once
 	go func() {
-		for {
+		for n := 1; ; n++ {
 			r, err := st.Recv()
 			if err != nil {
 				e.ended <- err
 				return
 			}
 			for _, a := range r.GetBucketAction() {
+				e.msgOf.Store(a, n)
 				e.in <- a
 			}
 		}
@@ -225,6 +227,13 @@ func (e *envoy) nextGrant(bucket map[string]string) *rlqspb.RateLimitQuotaRespon
 			return a
 		}
 	}
+}
+
+// together reports whether actions a and b came in one message.
+func (e *envoy) together(a, b *rlqspb.RateLimitQuotaResponse_BucketAction) bool {
+	m, _ := e.msgOf.Load(a)
+	n, _ := e.msgOf.Load(b)
+	return m != nil && m == n
 }
 
 // pending returns the actions received so far for bucket, without waiting.

@@ -461,20 +461,38 @@ type stream struct {
 
 	mu      sync.Mutex // guards what follows
 	done    bool
-	pending map[string]*rlqspb.RateLimitQuotaResponse_BucketAction // by bucket key
-	order   []string                                               // pending's keys, oldest first
+	pending map[string]due // by bucket key
+	order   []string       // pending's keys, oldest first
+}
+
+// due is what one bucket has due on a stream: an action, behind a blanket
+// DENY_ALL in the same message when the action is a fresh top-up
+// (rlqs.Assignment.Fresh).
+type due struct {
+	deny, action *rlqspb.RateLimitQuotaResponse_BucketAction
+}
+
+func (d due) len() int {
+	if d.deny != nil {
+		return 2
+	}
+	return 1
 }
 
 // newStream is stream id of client connection conn, with nothing due.
 func newStream(id rlqs.StreamID, conn uint64, st *stats) *stream {
 	return &stream{id: id, conn: conn, due: make(chan struct{}, 1),
-		pending: map[string]*rlqspb.RateLimitQuotaResponse_BucketAction{}, subs: map[string]*bucket{}, stats: st}
+		pending: map[string]due{}, subs: map[string]*bucket{}, stats: st}
 }
 
 // push makes a due on the stream for bucket key without waiting; an action
 // of the bucket not yet sent is replaced (counted as superseded: an
 // assignment among them stays charged, which only under-admits).
 func (st *stream) push(key string, a *rlqspb.RateLimitQuotaResponse_BucketAction) {
+	st.pushDue(key, due{action: a})
+}
+
+func (st *stream) pushDue(key string, d due) {
 	st.mu.Lock()
 	if st.done {
 		st.mu.Unlock()
@@ -485,7 +503,7 @@ func (st *stream) push(key string, a *rlqspb.RateLimitQuotaResponse_BucketAction
 	} else {
 		st.order = append(st.order, key)
 	}
-	st.pending[key] = a
+	st.pending[key] = d
 	st.mu.Unlock()
 	select {
 	case st.due <- struct{}{}:
@@ -494,18 +512,27 @@ func (st *stream) push(key string, a *rlqspb.RateLimitQuotaResponse_BucketAction
 }
 
 // next takes up to MaxActionsPerMessage due actions, oldest first, as one
-// message; nil when none is due.
+// message (a top-up and the DENY_ALL ahead of it never apart); nil when
+// none is due.
 func (st *stream) next() *rlqspb.RateLimitQuotaResponse {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n := min(len(st.order), MaxActionsPerMessage)
-	if n == 0 {
+	if len(st.order) == 0 {
 		return nil
 	}
-	r := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, n)}
-	for _, key := range st.order[:n] {
-		r.BucketAction = append(r.BucketAction, st.pending[key])
+	r := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, min(len(st.order), MaxActionsPerMessage))}
+	n := 0
+	for _, key := range st.order {
+		d := st.pending[key]
+		if len(r.BucketAction)+d.len() > MaxActionsPerMessage {
+			break
+		}
+		if d.deny != nil {
+			r.BucketAction = append(r.BucketAction, d.deny)
+		}
+		r.BucketAction = append(r.BucketAction, d.action)
 		delete(st.pending, key)
+		n++
 	}
 	st.order = append(st.order[:0], st.order[n:]...)
 	return r

@@ -88,7 +88,9 @@ func twoStreams(t *testing.T, sc *sidecar, clk *clock.Fake) (a, b *envoy, na, nb
 	}
 	clk.Set(t0.Add(15 * time.Second))
 	a.report(true, usage{bucket: tenantA, allowed: 5, elapsed: 5 * time.Second})
-	b.report(true, usage{bucket: tenantA, allowed: 2, denied: 1, elapsed: 6 * time.Second})
+	// Neither denied a request: neither spent its share, so neither is
+	// topped up.
+	b.report(true, usage{bucket: tenantA, allowed: 3, elapsed: 6 * time.Second})
 	clk.Set(t0.Add(window))
 	na, ttlA := tokens(t, a.nextGrant(tenantA))
 	nb, ttlB := tokens(t, b.nextGrant(tenantA))
@@ -386,9 +388,10 @@ func TestExpiriesCounted(t *testing.T) {
 // TestTwoLimitsBothBind: a bucket under a minute limit of 50 and an hour
 // limit of 60, its demand (10/s) more than either: the first minute it is
 // unknown (L/8 of the shorter window's 50, 6.25 per minute, over the 49 s
-// TTL: 6), the second minute the minute's 50 binds (the hour has 54
-// left), the third only what the hour has left (60 − 6 − 50 = 4): every
-// unit is leased from both counters, and the minute's surplus goes back.
+// TTL: 6) until its report shows it spent that, when it is topped up
+// with what the minute has left (44: the hour has 54); the second minute
+// only what the hour has left (60 − 50 = 10), and the third nothing:
+// every unit is leased from both counters, and the surplus goes back.
 func TestTwoLimitsBothBind(t *testing.T) {
 	clk := clock.NewFake(t0.Add(10 * time.Second))
 	sc := startSidecar(t, memstore.New(), clk, rlqsserver.Options{})
@@ -403,23 +406,30 @@ func TestTwoLimitsBothBind(t *testing.T) {
 	// the clock moves on.
 	settled(t, sc)
 	clk.Set(t0.Add(30 * time.Second))
-	e.report(true, usage{bucket: two, allowed: 100, denied: 100, elapsed: 20 * time.Second}) // 10/s: more than either limit
+	e.report(true, usage{bucket: two, allowed: 6, denied: 194, elapsed: 20 * time.Second}) // 10/s: more than either limit
+	up, _ := tokens(t, e.nextGrant(two))
+	settled(t, sc)
 	clk.Set(t0.Add(window))
 	n2, _ := tokens(t, e.nextGrant(two))
 	settled(t, sc)
 	clk.Set(t0.Add(window + 30*time.Second))
-	e.report(true, usage{bucket: two, allowed: 50, denied: 250, elapsed: 30 * time.Second})
+	e.report(true, usage{bucket: two, allowed: 10, denied: 290, elapsed: 30 * time.Second})
 	clk.Set(t0.Add(2 * window))
-	n3, _ := tokens(t, e.nextGrant(two))
 	settled(t, sc)
-	t.Logf("minute 1: %d, minute 2: %d, minute 3: %d (hour: 60)", n1, n2, n3)
-	if n1 != 6 || n2 != 50 {
-		t.Errorf("minutes 1 and 2: %d and %d tokens, want 6 (unknown: ⌈50/8/60 s × 49 s⌉) and the minute's 50", n1, n2)
+	n3 := int64(0)
+	for _, a := range e.pending(two) {
+		if tb := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb != nil {
+			n3 += int64(tb.GetMaxTokens())
+		}
 	}
-	if n3 != 60-n1-n2 {
-		t.Errorf("third minute: %d tokens, want the %d the hour has left", n3, 60-n1-n2)
+	t.Logf("minute 1: %d and a top-up of %d, minute 2: %d, minute 3: %d (hour: 60)", n1, up, n2, n3)
+	if n1 != 6 || up != 44 {
+		t.Errorf("minute 1: %d tokens and a top-up of %d, want 6 (unknown: ⌈50/8/60 s × 49 s⌉) and the 44 the minute has left", n1, up)
 	}
-	if m, h := ruleStats(sc.srv, "two-minute"), ruleStats(sc.srv, "two-hour"); h.Leased-h.Returned != 60 || m.Leased-m.Returned != n1+n2+n3 {
+	if n2 != 60-n1-up || n3 != 0 {
+		t.Errorf("minutes 2 and 3: %d and %d tokens, want the %d the hour has left, then nothing", n2, n3, 60-n1-up)
+	}
+	if m, h := ruleStats(sc.srv, "two-minute"), ruleStats(sc.srv, "two-hour"); h.Leased-h.Returned != 60 || m.Leased-m.Returned != n1+up+n2+n3 {
 		t.Errorf("minute leased %d returned %d, hour leased %d returned %d: want the hour's 60 and the minute's %d kept", m.Leased, m.Returned, h.Leased, h.Returned, n1+n2+n3)
 	}
 }

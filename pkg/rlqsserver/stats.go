@@ -13,6 +13,9 @@ type RuleStats struct {
 	// Assignments is the TokenBucket assignments sent, Units the sum of
 	// their max_tokens.
 	Assignments, Units int64
+	// TopUps is the assignments among them that topped up an Envoy which
+	// had spent its share of the window (rlqs.Assignment.Fresh).
+	TopUps int64
 	// Expiries is the assignments whose time to live ended while their
 	// stream was still subscribed (each ends before its window does).
 	Expiries int64

@@ -147,6 +147,9 @@ type RLQSMessage struct {
 	// Deny is a blanket DENY_ALL for TTL (rlqs.Assignment.Deny): a
 	// stream left without a share of its window.
 	Deny bool
+	// Fresh: the token bucket of a top-up (rlqs.Assignment.Fresh), and
+	// the DENY_ALL sent ahead of it.
+	Fresh bool
 }
 
 // RLQSSidecar is one serving sidecar: its machine's bucket, the instant it
@@ -261,7 +264,15 @@ func (c RLQSConfig) do(s *RLQSState, i int, a rlqs.Actions) {
 	for _, x := range a.Assign {
 		e, gen := int(x.Stream-1)/16, int(x.Stream-1)%16
 		if env := &s.Envoys[e]; env.Sidecar == i && env.Gen == gen {
-			msg := RLQSMessage{TTL: int(x.TTL / rlqsQuantum), Sent: s.Q, Deny: x.Deny}
+			msg := RLQSMessage{TTL: int(x.TTL / rlqsQuantum), Sent: s.Q, Deny: x.Deny, Fresh: x.Fresh}
+			if x.Fresh {
+				// A top-up goes behind a DENY_ALL (rlqs.Assignment.Fresh);
+				// the model delivers the two apart, which the server
+				// never does: a state between them denies.
+				deny := msg
+				deny.Deny = true
+				env.Inbox = append(env.Inbox[:len(env.Inbox):len(env.Inbox)], deny)
+			}
 			if !x.Deny {
 				msg.Max, msg.PerToken = int(x.MaxTokens), int(x.FillInterval/rlqsQuantum)/int(x.TokensPerFill)
 			}
@@ -484,6 +495,9 @@ func (c RLQSConfig) key(s RLQSState) string {
 		tm(st.Live)
 		tm(st.Denied)
 		tm(st.Expires)
+		tm(st.Assigned)
+		tm(st.Reported)
+		tm(st.Hungry)
 	}
 	matched := 0
 	envoys := make([]string, len(s.Envoys))
@@ -503,7 +517,7 @@ func (c RLQSConfig) key(s RLQSState) string {
 			v(msg.TTL)
 			v(msg.PerToken)
 			v(msg.Sent)
-			v(b2int(msg.Deny))
+			v(b2int(msg.Deny) | b2int(msg.Fresh)<<1)
 		}
 		// The records its left streams keep on each sidecar, and whether
 		// each is of its connection now.

@@ -71,6 +71,18 @@ var (
 		}
 		return false
 	}
+	// toppedUp: an Envoy that spent its assignment is sent a top-up, a
+	// token bucket behind a DENY_ALL.
+	toppedUp = func(c RLQSConfig, s RLQSState) bool {
+		for _, e := range s.Envoys {
+			for _, msg := range e.Inbox {
+				if msg.Fresh && !msg.Deny {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	// resetInWindow: a stream reset while its Envoy held a live bucket.
 	resetInWindow = func(c RLQSConfig, s RLQSState) bool {
 		for _, e := range s.Envoys {
@@ -90,25 +102,26 @@ var rlqsSpaces = []struct {
 	reaches             func(RLQSConfig, RLQSState) bool
 	states, transitions int
 }{
-	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 19728, 30914},
-	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 43850, 87514},
-	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 135086, 316933},
-	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 11948, 22850},
-	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 44489, 93806},
-	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 83011, 211304},
-	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 39901, 61452},
-	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 37876, 57888},
-	{"two Envoys, one sidecar, ALLOW_ALL, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1, AllowAll: true}, sealed, 85007, 170743},
-	{"three Envoys, one sidecar, ALLOW_ALL", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, AllowAll: true}, starved, 170685, 588576},
-	{"two Envoys on two sidecars, ALLOW_ALL, three windows", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 3, ReportEvery: 4, AllowAll: true}, sealed, 309531, 980408},
-	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 104037, 159555},
+	{"two Envoys, one sidecar, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1}, lateDelivery, 24421, 37641},
+	{"two Envoys, one sidecar, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 57288, 109298},
+	{"two Envoys on two sidecars, a stream reset", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Resets: 1}, resetInWindow, 146890, 337293},
+	{"two Envoys, one sidecar, reports every second", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 2}, bothHold, 16846, 29763},
+	{"three Envoys, one sidecar", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4}, starved, 54027, 108784},
+	{"two Envoys on two sidecars, one dies", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, Deaths: 1}, movedAfterDeath, 95369, 243379},
+	{"one Envoy reconnecting mid-window, older Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1}, replacedLive, 81654, 115334},
+	{"one Envoy reconnecting mid-window, newer Envoy", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 3, WindowSeconds: 3, Windows: 2, ReportEvery: 2, Resets: 1, Ratio: true}, replacedLive, 79015, 111079},
+	{"two Envoys, one sidecar, ALLOW_ALL, latency ≤ Guard", RLQSConfig{Envoys: 2, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, MaxLatency: 1, AllowAll: true}, sealed, 104059, 204455},
+	{"three Envoys, one sidecar, ALLOW_ALL", RLQSConfig{Envoys: 3, Sidecars: 1, Limit: 2, WindowSeconds: 2, Windows: 2, ReportEvery: 4, AllowAll: true}, starved, 203206, 675465},
+	{"two Envoys on two sidecars, ALLOW_ALL, three windows", RLQSConfig{Envoys: 2, Sidecars: 2, Limit: 1, WindowSeconds: 2, Windows: 3, ReportEvery: 4, AllowAll: true}, sealed, 356767, 1116332},
+	{"one Envoy, three windows of 3 s, latency ≤ Guard, a reset", RLQSConfig{Envoys: 1, Sidecars: 1, Limit: 2, WindowSeconds: 3, Windows: 3, ReportEvery: 6, MaxLatency: 1, Resets: 1}, lateDelivery, 125709, 190942},
 }
 
 // TestRLQSBound explores the real assignment machine (pkg/rlqs) on each
 // sidecar and Envoy's token buckets: in every state the window in place
 // admits at most L (by the one clock the Envoys share with the store), and
 // the store never leases more than L of it; some state admits exactly L
-// (the bound is reached); and the instance reaches what it is for.
+// (the bound is reached); and the instance reaches what it is for, and,
+// where L ≥ 2, a top-up.
 func TestRLQSBound(t *testing.T) {
 	for _, tc := range rlqsSpaces {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,6 +138,11 @@ func TestRLQSBound(t *testing.T) {
 			}
 			if _, _, ok := sp.first(func(s RLQSState) bool { return tc.reaches(c, s) }); !ok {
 				t.Fatal("the instance never reaches what it is meant to explore")
+			}
+			// Where L leaves room beside a first share (L ≥ 2), a top-up
+			// is explored too.
+			if _, _, ok := sp.first(func(s RLQSState) bool { return toppedUp(c, s) }); !ok && c.Limit >= 2 {
+				t.Fatal("the instance never tops an Envoy up")
 			}
 			if sp.States() != tc.states || sp.Transitions() != tc.transitions {
 				t.Errorf("%d states, %d transitions; pinned %d and %d (PROOFS.md): update both if the model changed on purpose", sp.States(), sp.Transitions(), tc.states, tc.transitions)
