@@ -128,6 +128,12 @@ type RLQSSchedule struct {
 	// in force. Such schedules have no resets or restarts (an Envoy
 	// without a stream admits unmetered once its assignment expires).
 	AllowAll bool
+	// Liar, when not 0, is Envoy Liar−1, which reports 2^40 requests
+	// (rlqs.MaxReportCount, all but those it allowed denied) in each of its
+	// periodic reports (a legal count: a greedy or broken client): it always looks hungry, is topped up whenever the
+	// window has room, and asks all of L; the bound must hold whatever
+	// one Envoy reports.
+	Liar int
 	// Steady schedules have no reload, reset or restart and a fixed
 	// window of 10 s or more: the windows where the least assigned is
 	// judged.
@@ -139,8 +145,8 @@ type RLQSSchedule struct {
 
 func (sc RLQSSchedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "rlqs seed %d: %d servers, envoys on %v, full %v, allow_all %v, steady %v, %v, length %v\n",
-		sc.Seed, sc.Servers, sc.Envoys, sc.Full, sc.AllowAll, sc.Steady, sc.Policy, sc.Length)
+	fmt.Fprintf(&b, "rlqs seed %d: %d servers, envoys on %v, full %v, allow_all %v, liar %d, steady %v, %v, length %v\n",
+		sc.Seed, sc.Servers, sc.Envoys, sc.Full, sc.AllowAll, sc.Liar, sc.Steady, sc.Policy, sc.Length)
 	for i, s := range sc.Steps {
 		fmt.Fprintf(&b, "  #%d %v\n", i, s)
 	}
@@ -153,8 +159,8 @@ func (sc RLQSSchedule) GoString() string {
 	pol := func(p RLQSPolicy) string {
 		return fmt.Sprintf("RLQSPolicy{Limit: %d, Window: %d * time.Second, Sliding: %v, Name: %q}", p.Limit, p.Window/time.Second, p.Sliding, p.Name)
 	}
-	fmt.Fprintf(&b, "RLQSSchedule{Seed: %d, Policy: %s, Servers: %d, Envoys: %#v, Full: %v, AllowAll: %v, Steady: %v, Length: %d * time.Second, Steps: []RLQSStep{\n",
-		sc.Seed, pol(sc.Policy), sc.Servers, sc.Envoys, sc.Full, sc.AllowAll, sc.Steady, sc.Length/time.Second)
+	fmt.Fprintf(&b, "RLQSSchedule{Seed: %d, Policy: %s, Servers: %d, Envoys: %#v, Full: %v, AllowAll: %v, Liar: %d, Steady: %v, Length: %d * time.Second, Steps: []RLQSStep{\n",
+		sc.Seed, pol(sc.Policy), sc.Servers, sc.Envoys, sc.Full, sc.AllowAll, sc.Liar, sc.Steady, sc.Length/time.Second)
 	for _, s := range sc.Steps {
 		switch s.Kind {
 		case RLQSRequest:
@@ -186,7 +192,8 @@ const rlqsMaxRequests = 1200
 // boundary, after an Envoy's last report of the window; stream resets; a
 // sidecar restart. One schedule in three has Envoys under ALLOW_ALL, drawn
 // apart from the rest (a seed's other draws are what they were before),
-// its resets and restarts dropped.
+// its resets and restarts dropped; one in four, drawn apart too, has an
+// Envoy that lies about its demand (Liar).
 func GenerateRLQS(seed uint64) RLQSSchedule {
 	rng := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
 	sc := RLQSSchedule{Seed: seed, Servers: 1 + rng.IntN(3), Full: rng.IntN(3) == 0, Steady: rng.IntN(3) == 0}
@@ -248,6 +255,9 @@ func GenerateRLQS(seed uint64) RLQSSchedule {
 	if rand.New(rand.NewPCG(seed, 0xa11a11a11)).IntN(3) == 0 {
 		sc.AllowAll = true
 		sc.Steps = slices.DeleteFunc(sc.Steps, func(s RLQSStep) bool { return s.Kind == RLQSReset || s.Kind == RLQSRestart })
+	}
+	if lr := rand.New(rand.NewPCG(seed, 0x11a2)); lr.IntN(4) == 0 {
+		sc.Liar = 1 + lr.IntN(envoys)
 	}
 	slices.SortStableFunc(sc.Steps, func(a, b RLQSStep) int { return cmp.Compare(a.At, b.At) })
 	return sc

@@ -16,6 +16,7 @@ import (
 
 	"github.com/throttlekit/throttlekit/internal/testenv"
 	"github.com/throttlekit/throttlekit/pkg/gale"
+	"github.com/throttlekit/throttlekit/pkg/rlqs"
 )
 
 // How an RLQS run settles. A sidecar and its Envoys work in goroutines of
@@ -274,6 +275,9 @@ type rlqsClientStream struct {
 }
 
 func (c *rlqsClientStream) SendMsg(m any) error {
+	if rep, ok := m.(*rlqspb.RateLimitQuotaUsageReports); ok && c.r.sc.Liar == c.s.envoy.index+1 {
+		m = lie(rep)
+	}
 	c.r.mu.Lock()
 	c.s.up = append(c.s.up, c.r.clk.time())
 	c.r.mu.Unlock()
@@ -302,6 +306,20 @@ func (c *rlqsClientStream) RecvMsg(m any) error {
 	}
 	c.r.changedLocked()
 	return err
+}
+
+// lie is rep as the schedule's liar sends it: every periodic usage (not
+// the immediate report of a bucket's first request, elapsed 0) counts as
+// many requests as a report may, all but those allowed denied
+// (rlqs.MaxReportCount in all: one more and the usage is refused).
+func lie(rep *rlqspb.RateLimitQuotaUsageReports) *rlqspb.RateLimitQuotaUsageReports {
+	out := proto.Clone(rep).(*rlqspb.RateLimitQuotaUsageReports)
+	for _, u := range out.GetBucketQuotaUsages() {
+		if u.GetTimeElapsed().AsDuration() > 0 {
+			u.NumRequestsDenied = rlqs.MaxReportCount - u.GetNumRequestsAllowed()
+		}
+	}
+	return out
 }
 
 // crossedLocked checks that the oldest message in flight on q crosses at

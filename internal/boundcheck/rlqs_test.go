@@ -161,3 +161,65 @@ func TestRLQSAllowAllAdmitsAtMostLPlusEnvoys(t *testing.T) {
 		t.Logf("seed %d: admitted per window %v, assigned %v (L %d, %d Envoys, demand 3L)", seed, perWindow, assigned, sc.Policy.Limit, len(sc.Envoys))
 	}
 }
+
+// TestRLQSLiarLeavesHonestEnvoysTheirShare (issue 41, item 4): two real
+// sidecars over a real Redis, eight Envoys under DENY_ALL with Envoy's
+// timer and Poisson arrivals, each honest one asking 0.1 L per 10 s
+// window; the first Envoy lies, reporting 2^40 requests (the most a
+// report may carry), nearly all denied, every 5 s. The split is max-min by demand among Envoys and, through the
+// demand ledger, among the sidecars, so the liar takes only what the
+// honest Envoys leave: each honest Envoy is assigned, per steady window,
+// at least 0.8 of its max-min fair share (its demand over the TTL: under
+// the fair level), summed over the run's steady windows (a window's own
+// figure follows its Poisson rate estimate). Every window is judged by
+// the bounds table too.
+func TestRLQSLiarLeavesHonestEnvoysTheirShare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := testenv.StartRedis(t)
+	store, err := redisstore.New(srv.Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit, windows = 400, 6
+	for seed := uint64(1); seed <= 2; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 0x11a2))
+		sc := RLQSSchedule{Seed: seed, Policy: RLQSPolicy{Limit: limit, Window: 10 * time.Second, Name: "l0"}, Servers: 2,
+			Envoys: []int{0, 0, 0, 0, 1, 1, 1, 1}, Liar: 1, Length: windows * 10 * time.Second}
+		rate := 0.1 * limit / sc.Policy.Window.Seconds()
+		for e := range sc.Envoys {
+			sc.Steps = append(sc.Steps, poissonRequests(rng, e, rate, time.Duration(rng.Int64N(int64(time.Second))), sc.Length)...)
+		}
+		slices.SortStableFunc(sc.Steps, func(a, b RLQSStep) int { return cmp.Compare(a.At, b.At) })
+		told, err := PlayRLQS(context.Background(), sc, store, fmt.Sprintf("bcliar%d", seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range JudgeRLQS(sc, told) {
+			t.Errorf("seed %d: %v", seed, v.Violation)
+		}
+		assigned := make([][]int64, len(sc.Envoys))
+		for e := range assigned {
+			assigned[e] = make([]int64, windows)
+		}
+		for _, a := range told.Actions {
+			if a.Other == "" && a.At < sc.Length {
+				assigned[a.Envoy][a.At/sc.Policy.Window] += a.Tokens
+			}
+		}
+		// The fair share of an honest Envoy: its demand over the 9 s TTL
+		// (the fair level among eight, L/8 = 50, is above it).
+		fair := rate * 9
+		for e := 1; e < len(sc.Envoys); e++ {
+			var got int64
+			for w := 1; w < windows; w++ {
+				got += assigned[e][w]
+			}
+			if mean := float64(got) / (windows - 1); mean < 0.8*fair {
+				t.Errorf("seed %d: honest Envoy %d assigned %.1f per steady window (%v), want ≥ 0.8 of its fair share %.0f; the liar %v", seed, e, mean, assigned[e], fair, assigned[0])
+			}
+		}
+		t.Logf("seed %d: assigned per window, the liar %v, honest %v", seed, assigned[0], assigned[1:])
+	}
+}
