@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -191,13 +192,17 @@ func TestPolicyConfigMapValidates(t *testing.T) {
 // value: the Secret's Redis URL (a real redis-server here), the pod name,
 // the listen addresses (the same, on 127.0.0.1 and free ports) and the
 // ConfigMap's files. It must start, and answer 200 on every probe path and
-// on the ServiceMonitor's path.
+// on the ServiceMonitor's path; and with Redis killed (its store_up 0), on
+// every probe path still: a native sidecar's readiness counts toward its
+// application pod's, so a Redis outage must not take the application out
+// of its Service (issue 42, item 3), and each rule answers the outage by
+// its failure mode.
 func TestManifestEnvironmentServes(t *testing.T) {
 	ms := loadManifests(t)
-	redis := testenv.StartRedis(t)
 	for _, d := range ms.deployments {
 		for _, c := range throttlekitContainers(d) {
 			t.Run(d.Name+"/"+c.Name, func(t *testing.T) {
+				redis := testenv.StartRedis(t)
 				policyDir := writeConfigMap(t, policyConfigMap(t, ms, d, c))
 				var env []string
 				hasLogFormat := false
@@ -246,6 +251,31 @@ func TestManifestEnvironmentServes(t *testing.T) {
 					})
 					if !ok {
 						t.Errorf("GET %s: status %d, want 200", p, code)
+					}
+				}
+				redis.Kill()
+				if !testenv.Eventually(func() bool {
+					resp, err := client.Get("http://" + s.httpAddr + "/metrics")
+					if err != nil {
+						return false
+					}
+					defer resp.Body.Close()
+					b, _ := io.ReadAll(resp.Body)
+					return strings.Contains(string(b), "\nthrottlekit_store_up 0\n")
+				}) {
+					t.Fatal("throttlekit_store_up not 0 within 10s of Redis killed")
+				}
+				for _, pr := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+					if pr == nil || pr.HTTPGet == nil {
+						continue
+					}
+					resp, err := client.Get("http://" + s.httpAddr + pr.HTTPGet.Path)
+					if err != nil {
+						t.Fatalf("GET %s with Redis down: %v", pr.HTTPGet.Path, err)
+					}
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						t.Errorf("GET %s with Redis down: status %d, want 200: the probe would take the pod out of its Service (or restart it) for the store's outage", pr.HTTPGet.Path, resp.StatusCode)
 					}
 				}
 			})

@@ -69,6 +69,10 @@ type serveConfig struct {
 	// healthcheckPolicy and healthcheckStore: what /healthcheck, upstream's
 	// health check, requires besides not shutting down (upstream_health.go).
 	healthcheckPolicy, healthcheckStore bool
+	// readyNeedsStore: /readyz and grpc.health.v1 also need the store to
+	// answer (by default they mean "can answer": each rule answers a store
+	// outage by its own failure mode).
+	readyNeedsStore bool
 	// upstreamDefaults applies envoyproxy/ratelimit's defaults even when
 	// none of its variables is set; upstream is what serve took from them
 	// (internal/upstreamenv), for the start log.
@@ -104,7 +108,8 @@ func parseServeFor(command string, args []string, getenv func(string) string, st
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 50*time.Millisecond, "longest a request waits for the store (all its limits together) before on_store_error decides")
 	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "strict and cached_deny checks wait (Redis WAIT, up to --store-timeout) until this many replicas hold them, so a Sentinel failover loses no admission a check answered; fewer in time fail the check to on_store_error. 0: no wait. Not with redis+cluster://")
 	fs.IntVar(&c.maxKeys, "max-keys", gale.DefaultMaxKeys, "most keys each rule keeps in this process (cached denials, leased credits): past it the least recently used key is evicted and its unused credits go back to the store; about 500 bytes a key")
-	fs.DurationVar(&c.storeProbeInterval, "store-probe-interval", time.Second, "how often to ask the store whether it answers (each probe waits at most --store-timeout): drives throttlekit_store_up, /readyz and grpc.health.v1")
+	fs.DurationVar(&c.storeProbeInterval, "store-probe-interval", time.Second, "how often to ask the store whether it answers (each probe waits at most --store-timeout): drives throttlekit_store_up (and /readyz and grpc.health.v1 with --ready-needs-store)")
+	fs.BoolVar(&c.readyNeedsStore, "ready-needs-store", false, "/readyz and grpc.health.v1 also fail while the store does not answer. Off: ready means a policy is loaded and the process answers, each rule answering a store outage by its failure mode; as a native sidecar, readiness counts toward the application pod's, so a Redis outage would take the application out of its Service")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.DurationVar(&c.messageTimeout, "extproc-message-timeout", 200*time.Millisecond, "Envoy's ext_proc message_timeout: concurrency gates' queue timeouts must stay below it")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after a policy change before reloading")

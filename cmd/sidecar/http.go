@@ -19,11 +19,23 @@ import (
 // probe's latest answer, which also drives throttlekit_store_up.
 type pinger func(ctx context.Context) error
 
+// readiness is what /readyz asks beyond a policy and the fleet: the
+// store's latest answer, which fails readiness only with needsStore
+// (--ready-needs-store). Otherwise ready means "can answer": in a store
+// outage each rule answers by its own failure mode, and a sidecar's
+// readiness, which counts toward its application pod's, must not take the
+// application out of its Service (10 flaps of 1–3 s in 17 minutes were
+// seen on a loaded node, each a 50 ms probe missed).
+type readiness struct {
+	store      pinger // nil: the store is this process's own
+	needsStore bool
+}
+
 // clientCheck says whether an HTTP request comes from a client the gRPC
 // listener would accept (certs.Source.Client); nil accepts every one.
 type clientCheck func(*tls.ConnectionState) error
 
-func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, ping pinger, timeout time.Duration, client clientCheck) *http.ServeMux {
+func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, ready readiness, timeout time.Duration, client clientCheck) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(m))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -38,12 +50,16 @@ func newHTTPMux(e *engine.Engine, rls *envoyrls.RateLimitServer, m *metrics, pin
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		if ping != nil {
+		if ready.store != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), max(timeout, 100*time.Millisecond))
-			err := ping(ctx)
+			err := ready.store(ctx)
 			cancel()
-			if err != nil {
+			switch {
+			case err != nil && ready.needsStore:
 				http.Error(w, "not ready: store unreachable: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			case err != nil:
+				_, _ = fmt.Fprintf(w, "ready; store unreachable: %v: each rule answers by its failure mode (on_store_error, failure_mode_deny) until it is back (throttlekit_store_up 0; --ready-needs-store makes this not ready)\n", err)
 				return
 			}
 		}

@@ -65,14 +65,35 @@ func TestRedisConfigErrorsStopServe(t *testing.T) {
 }
 
 // TestRedisDownAtStartServes: a Redis that is merely down (connection
-// refused) does not stop serve: it serves, not ready, and is ready once
-// Redis comes up. The right password is no configuration error either.
+// refused) does not stop serve: it serves, ready (each rule answers by its
+// failure mode), store_up 0 until Redis comes up; with --ready-needs-store
+// it is not ready until then. The right password is no configuration error
+// either.
 func TestRedisDownAtStartServes(t *testing.T) {
 	t.Run("down, then up", func(t *testing.T) {
 		r := testenv.StartRedis(t)
 		r.Kill()
 		s := startServe(t, append([]string{"--store", "redis", "--redis-url", r.URL()}, storeDeadline...),
 			map[string]string{"THROTTLEKIT_STORE_PROBE_INTERVAL": "20ms"})
+		if s.grpcAddr == "" {
+			t.Fatalf("serve stopped (exit %d) because Redis was down", s.code)
+		}
+		if code, body := s.get(t, "/readyz"); code != http.StatusOK || !strings.Contains(body, "store unreachable") {
+			t.Errorf("GET /readyz with Redis down: %d %q, want 200 naming the store's outage", code, body)
+		}
+		if up := s.gauge(t, "throttlekit_store_up"); up != 0 {
+			t.Errorf("throttlekit_store_up %v with Redis down, want 0", up)
+		}
+		r.Restart()
+		if !testenv.Eventually(func() bool { return s.gauge(t, "throttlekit_store_up") == 1 }) {
+			t.Error("throttlekit_store_up not 1 within 10s of Redis coming up")
+		}
+	})
+	t.Run("down, ready needs store", func(t *testing.T) {
+		r := testenv.StartRedis(t)
+		r.Kill()
+		s := startServe(t, append([]string{"--store", "redis", "--redis-url", r.URL()}, storeDeadline...),
+			map[string]string{"THROTTLEKIT_STORE_PROBE_INTERVAL": "20ms", "THROTTLEKIT_READY_NEEDS_STORE": "true"})
 		if s.grpcAddr == "" {
 			t.Fatalf("serve stopped (exit %d) because Redis was down", s.code)
 		}

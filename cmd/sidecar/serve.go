@@ -155,13 +155,14 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}
 
 	// One background probe says whether the store answers, for
-	// throttlekit_store_up, /readyz and grpc.health.v1 alike. The
-	// concurrency gates (ext_proc) need no store: their service stays
-	// SERVING.
+	// throttlekit_store_up, and with --ready-needs-store for /readyz and
+	// grpc.health.v1 too; without it they stay ready through a store
+	// outage, each rule answering by its failure mode. The concurrency
+	// gates (ext_proc) need no store: their service stays SERVING.
 	hs := health.NewServer()
 	probe := newStoreProbe(ping, c.storeTimeout, log, func(up bool) {
 		status := healthpb.HealthCheckResponse_NOT_SERVING
-		if up {
+		if up || !c.readyNeedsStore {
 			status = healthpb.HealthCheckResponse_SERVING
 		}
 		m.storeUp(up)
@@ -256,7 +257,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if tlsFiles != nil && tlsFiles.MutualTLS() {
 		jsonClient = tlsFiles.Client
 	}
-	mux := newHTTPMux(eng, rls, m, probe.ready, c.storeTimeout, jsonClient)
+	mux := newHTTPMux(eng, rls, m, readiness{store: probe.ready, needsStore: c.readyNeedsStore}, c.storeTimeout, jsonClient)
 	healthcheck := newUpstreamHealth(c, func() bool { return eng.Policy().Hash != "" }, probe.ready)
 	mux.Handle("GET /healthcheck", healthcheck) // envoyproxy/ratelimit's (upstream_health.go)
 	httpSrv := newHTTPServer(mux)

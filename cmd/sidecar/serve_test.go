@@ -246,17 +246,31 @@ func (st storeState) String() string {
 }
 
 // TestStoreProbeDrivesReadiness kills Redis under a running sidecar that
-// nobody calls: store_up, /readyz and grpc.health.v1 must all turn to "down"
-// from the background probe alone, and back once Redis returns. The
-// concurrency gates (ext_proc) need no store and stay SERVING.
+// nobody calls: store_up turns to "down" from the background probe alone,
+// and back once Redis returns. /readyz and grpc.health.v1 stay ready (the
+// sidecar can answer: each rule answers a store outage by its failure
+// mode), saying so in /readyz's body; with --ready-needs-store they turn
+// to "down" and back with it (issue 42, item 3: as a native sidecar,
+// readiness counts toward the application pod's, and a Redis outage took
+// the application out of its Service). The concurrency gates (ext_proc)
+// need no store and stay SERVING.
 func TestStoreProbeDrivesReadiness(t *testing.T) {
+	for _, needs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ready needs store %v", needs), func(t *testing.T) { testStoreProbeDrivesReadiness(t, needs) })
+	}
+}
+
+func testStoreProbeDrivesReadiness(t *testing.T, needsStore bool) {
 	r := testenv.StartRedis(t)
 	// The env twin, so the test runs (and fails) on a build without the flag.
 	// The probe judges whether Redis answers, not how fast: storeDeadline,
 	// or a probe that misses 50ms on a loaded machine logs an outage that
 	// never was.
-	s := startServe(t, append([]string{"--store", "redis", "--redis-url", r.URL()}, storeDeadline...),
-		map[string]string{"THROTTLEKIT_STORE_PROBE_INTERVAL": "20ms"})
+	env := map[string]string{"THROTTLEKIT_STORE_PROBE_INTERVAL": "20ms"}
+	if needsStore {
+		env["THROTTLEKIT_READY_NEEDS_STORE"] = "true"
+	}
+	s := startServe(t, append([]string{"--store", "redis", "--redis-url", r.URL()}, storeDeadline...), env)
 	if s.grpcAddr == "" {
 		t.Fatalf("serve did not start (exit %d)", s.code)
 	}
@@ -281,12 +295,19 @@ func TestStoreProbeDrivesReadiness(t *testing.T) {
 		if got := s.health(t, extName); got != serving {
 			t.Errorf("%s: health of %s %v, want SERVING (gates need no store)", phase, extName, got)
 		}
-		code, _ := s.get(t, "/readyz")
+		code, body := s.get(t, "/readyz")
+		if down := up == 0; down != strings.Contains(body, "store unreachable") {
+			t.Errorf("%s: /readyz says %q: want it to name the store's outage exactly while store_up is 0", phase, body)
+		}
 		t.Logf("%s: %v", phase, storeState{s.gauge(t, "throttlekit_store_up"), code, s.health(t, ""), s.health(t, rlsName), s.health(t, extName)})
 	}
 	expect("Redis up", 1, http.StatusOK, serving)
 	r.Kill()
-	expect("Redis killed", 0, http.StatusServiceUnavailable, notServing)
+	if needsStore {
+		expect("Redis killed", 0, http.StatusServiceUnavailable, notServing)
+	} else {
+		expect("Redis killed", 0, http.StatusOK, serving)
+	}
 	r.Restart()
 	expect("Redis restarted", 1, http.StatusOK, serving)
 

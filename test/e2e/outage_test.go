@@ -141,6 +141,14 @@ func fromRedis(t *testing.T, tag string) []step {
 	}
 }
 
+// storeUp is a poll condition: throttlekit_store_up is want.
+func storeUp(t *testing.T, s *sidecar, want float64) func() (bool, string) {
+	return func() (bool, string) {
+		got := s.metrics(t).get("throttlekit_store_up")
+		return got == want, fmt.Sprintf("throttlekit_store_up %v", got)
+	}
+}
+
 // readyz is a poll condition: GET /readyz answers want.
 func readyz(s *sidecar, want int) func() (bool, string) {
 	return func() (bool, string) {
@@ -164,9 +172,9 @@ func redisDecides(t *testing.T, s *sidecar) func() (bool, string) {
 }
 
 // testRedisOutage kills Redis under a running sidecar: every rule answers by
-// its on_store_error policy within the store timeout and /readyz turns 503;
-// once Redis is back (empty), /readyz is 200 and Redis decides again within
-// a second. That second is judged in wall time: a restart the load made
+// its on_store_error policy within the store timeout, throttlekit_store_up
+// turns 0 and /readyz stays 200 (the sidecar answers); once Redis is back
+// (empty), store_up is 1 and Redis decides again within a second. That second is judged in wall time: a restart the load made
 // slower (the time is logged with how late this process's own timers
 // fired) is made again, and only judgeAttempts slow ones fail, naming the
 // load each saw. Never deciding again fails at once.
@@ -184,18 +192,18 @@ func testRedisOutage(t *testing.T, o options) {
 		restarted := time.Now()
 		// Far past the second judged: a sidecar that never decides again
 		// is told from a slow one.
-		waitFor(t, startDeadline, "GET /readyz 200 after Redis restarted", readyz(s, http.StatusOK))
+		waitFor(t, startDeadline, "throttlekit_store_up 1 after Redis restarted", storeUp(t, s, 1))
 		ready := time.Since(restarted)
 		waitFor(t, startDeadline, "Redis deciding again after its restart (outage_deny still falls back)", redisDecides(t, s))
 		decides := time.Since(restarted)
 		late := meter.End()
-		t.Logf("after the restart: /readyz 200 in %v, Redis deciding in %v (timers up to %v late, load average %s)", ready, decides, late, testenv.LoadAverage())
+		t.Logf("after the restart: store_up 1 in %v, Redis deciding in %v (timers up to %v late, load average %s)", ready, decides, late, testenv.LoadAverage())
 		if decides <= time.Second {
 			break
 		}
 		slow = append(slow, fmt.Sprintf("%v with timers up to %v late, load average %s", decides, late, testenv.LoadAverage()))
 		if attempt == judgeAttempts {
-			t.Fatalf("Redis deciding again (and /readyz 200) more than 1s after its restart, in %d restarts: %s", attempt, strings.Join(slow, "; "))
+			t.Fatalf("Redis deciding again more than 1s after its restart, in %d restarts: %s", attempt, strings.Join(slow, "; "))
 		}
 		t.Logf("restart %d: Redis decided again only %v after it, want ≤ 1s; killing and restarting again", attempt, decides)
 	}
@@ -203,8 +211,10 @@ func testRedisOutage(t *testing.T, o options) {
 }
 
 // killRedis kills r under s: every on_store_error rule answers by its
-// policy within the store timeout, /readyz turns 503, and the store metrics
-// count the failed checks.
+// policy within the store timeout, throttlekit_store_up turns 0 while
+// /readyz stays 200 naming the outage (readiness means the sidecar
+// answers: issue 42, item 3), and the store metrics count the failed
+// checks.
 func killRedis(t *testing.T, r *testenv.Redis, s *sidecar) {
 	t.Helper()
 	before := s.metrics(t)
@@ -213,11 +223,11 @@ func killRedis(t *testing.T, r *testenv.Redis, s *sidecar) {
 	for _, p := range problems {
 		t.Error(p)
 	}
-	waitFor(t, 2*time.Second, "GET /readyz answers 503 with Redis down", readyz(s, http.StatusServiceUnavailable))
-	after := s.metrics(t)
-	if got := after.get("throttlekit_store_up"); got != 0 {
-		t.Errorf("throttlekit_store_up = %v after /readyz found Redis down, want 0", got)
+	waitFor(t, 2*time.Second, "throttlekit_store_up 0 with Redis down", storeUp(t, s, 0))
+	if code, body, err := s.get("/readyz"); err != nil || code != http.StatusOK || !strings.Contains(body, "store unreachable") {
+		t.Errorf("GET /readyz with Redis down: %d %q %v; want 200 naming the store's outage", code, body, err)
 	}
+	after := s.metrics(t)
 	for _, rule := range []string{"outage_allow", "outage_deny"} {
 		if got := after.get("throttlekit_store_fallbacks_total", "domain", "e2e", "rule", rule) -
 			before.get("throttlekit_store_fallbacks_total", "domain", "e2e", "rule", rule); got != 3 {
@@ -258,8 +268,8 @@ func testRedisStall(t *testing.T, o options) {
 			for _, p := range problems {
 				t.Error(p)
 			}
-			if err != nil || code != http.StatusServiceUnavailable {
-				t.Errorf("GET /readyz with Redis paused: %d %q %v; want 503", code, body, err)
+			if err != nil || code != http.StatusOK {
+				t.Errorf("GET /readyz with Redis paused: %d %q %v; want 200 (the sidecar answers)", code, body, err)
 			}
 			break
 		}

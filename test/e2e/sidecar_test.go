@@ -90,7 +90,7 @@ func startSidecar(t *testing.T, o options) *sidecar {
 		"--log-level", "info",
 		"--node-id", "e2e",
 		"--store-timeout", storeTimeout.String(),
-		"--store-probe-interval", "50ms", // /readyz follows the store within a probe
+		"--store-probe-interval", "50ms", // throttlekit_store_up follows the store within a probe
 		"--reload-debounce", "50ms",
 		"--drain-timeout", "5s",
 	}

@@ -35,7 +35,7 @@ const (
 	soakSpikeDelay  = 2 * soakStoreTime // the spike: 2× the soak's store timeout
 	soakStoreTime   = slackStoreTimeout // --store-timeout: what the soak judges outside faults is that no call fails, so a loaded machine must not miss it (250 ms failed a call beside a second make test)
 	soakGrace       = 3 * time.Second   // errors may trail a fault this long (reconnects, probes)
-	soakReady       = 5 * time.Second   // /readyz 200 again after Redis restarts
+	soakReady       = 5 * time.Second   // throttlekit_store_up 1 again after Redis restarts
 )
 
 var soakModes = []string{"strict", "cached_deny", "leased", "leased_uncoupled", "fair"}
@@ -157,7 +157,8 @@ func soakTraffic(ctx context.Context, s *sidecar, c *soakCounts) *sync.WaitGroup
 //     on the machine;
 //   - every reload took (the success counter counted it within
 //     reloadDeadline), none failed;
-//   - /readyz answers 200 within soakReady of every Redis restart;
+//   - throttlekit_store_up is 1 within soakReady of every Redis restart
+//     (/readyz stays 200 through it: the sidecar answers);
 //   - gRPC errors come only while a fault lasts or soakGrace after it;
 //   - the sidecar neither panicked nor exited.
 //
@@ -186,7 +187,7 @@ func TestE2ESoak(t *testing.T) {
 		samples  []soakSample
 		reloads  []time.Duration // when each rewrite was renamed into place
 		faults   []soakFault     // when each fault began and ended
-		ready    []time.Duration // how long /readyz took after each restart
+		ready    []time.Duration // how long store_up took to be 1 after each restart
 		downAt   time.Duration   // when Redis was killed; 0 while it runs
 		spikeAt  time.Duration   // when the spike began; 0 while none
 		prevAns  int64
@@ -206,9 +207,9 @@ func TestE2ESoak(t *testing.T) {
 		if downAt > 0 && now-downAt >= soakRedisDown {
 			r.Restart()
 			up := time.Since(begin)
-			took, isReady, why := poll(soakReady, readyz(s, 200))
+			took, isReady, why := poll(soakReady, storeUp(t, s, 1))
 			if !isReady {
-				t.Errorf("restart at %v: /readyz not 200 within %v of Redis answering again; last: %s", downAt.Round(time.Second), soakReady, why)
+				t.Errorf("restart at %v: throttlekit_store_up not 1 within %v of Redis answering again; last: %s", downAt.Round(time.Second), soakReady, why)
 			}
 			ready = append(ready, took)
 			faults = append(faults, soakFault{"restart", downAt, up + took})
@@ -324,7 +325,7 @@ func TestE2ESoak(t *testing.T) {
 	}
 
 	table := soakTable(samples, d)
-	t.Logf("soak of %v: %d answers, %d errors (%d outside faults), %d reloads, faults %v, /readyz after restarts %v\n"+
+	t.Logf("soak of %v: %d answers, %d errors (%d outside faults), %d reloads, faults %v, store_up after restarts %v\n"+
 		"last half: %s rise %.1f MiB (median %.1f MiB, allowed %.1f), goroutines rise %.1f (median %.0f, allowed %.1f)\n%s",
 		d, counts.answers.Load(), counts.errors.Load(), outside, len(reloads), faults, ready,
 		memName, rssTrend.rise()/(1<<20), rssTrend.median/(1<<20), rssGrowth.allowed(rssTrend.median)/(1<<20),
@@ -337,7 +338,7 @@ func TestE2ESoak(t *testing.T) {
 }
 
 // soakFault is the span of one fault, from its start to the sidecar
-// answering normally again (for a restart, /readyz 200).
+// answering normally again (for a restart, throttlekit_store_up 1).
 type soakFault struct {
 	kind       string
 	start, end time.Duration
