@@ -59,6 +59,8 @@ type serveConfig struct {
 	grpc grpcLimits
 	// tls is TLS on the listeners (tlsflags.go); zero: plaintext.
 	tls listenerTLS
+	// redisTLS is what a rediss:// --redis-url dials with (redistls.go).
+	redisTLS redisTLS
 	// xds, when its url is set, takes the policy from an xDS management
 	// server instead of policyDir (xdsflags.go).
 	xds xdsConfig
@@ -120,6 +122,7 @@ func parseServeFor(command string, args []string, getenv func(string) string, st
 	fs.DurationVar(&c.federationProbe, "federation-probe-after", time.Second, "after a failed lease, how long federated rules leave the coordinator alone (answering by their outage mode) before asking it again")
 	c.grpc.define(fs)
 	c.tls.define(fs)
+	c.redisTLS.define(fs)
 	c.xds.define(fs)
 	c.tracing.define(fs)
 	c.rlqs.define(fs)
@@ -349,6 +352,9 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.tls.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.redisTLS.validate(c.store, c.redisURL); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.xds.validate(); err != nil {

@@ -93,7 +93,7 @@ func newFederation(ctx context.Context, c *serveConfig, regional redis.Universal
 	}
 	switch kind {
 	case "redis":
-		client, err := redisClientFor("--federation-url", c.federationURL, c.federationTimeout, nil)
+		client, err := redisClientFor("--federation-url", c.federationURL, c.federationTimeout, nil, nil)
 		if err != nil {
 			return nil, err
 		}

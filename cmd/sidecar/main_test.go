@@ -96,7 +96,7 @@ func TestRedisURLsAndRedaction(t *testing.T) {
 		"redis://:pw@sentinel-a:26379/0?master_name=mymaster&addr=sentinel-b:26379",
 		"redis+cluster://:pw@node-a:6379?addr=node-b:6379",
 	} {
-		c, err := newRedisClient(ok, 50*time.Millisecond, nil)
+		c, err := newRedisClient(ok, 50*time.Millisecond, nil, nil)
 		if err != nil {
 			t.Errorf("%s: %v", ok, err)
 			continue
@@ -104,7 +104,7 @@ func TestRedisURLsAndRedaction(t *testing.T) {
 		c.Close()
 	}
 	for _, bad := range []string{"http://secret@x", "redis://:hunter2@h:6379/0?bogus=1", "redis://:hunter2@%zz"} {
-		_, err := newRedisClient(bad, time.Second, nil)
+		_, err := newRedisClient(bad, time.Second, nil, nil)
 		if err == nil {
 			t.Errorf("%s accepted", bad)
 			continue

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,13 +29,17 @@ import (
 // a store's round trip at --store-timeout. With w, each new connection
 // first tells w which server it reached (redisstore.Watch): a restarted or
 // promoted server is counted and logged before it answers anything.
-func newRedisClient(raw string, timeout time.Duration, w *redisstore.Watch) (redis.UniversalClient, error) {
-	return redisClientFor("--redis-url", raw, timeout, w)
+//
+// With tc (a rediss:// URL and --redis-tls-*: redistls.go), every
+// connection dials with it, verifying the URL's host, or, through Sentinel
+// or in a Cluster, the host of the node dialed.
+func newRedisClient(raw string, timeout time.Duration, w *redisstore.Watch, tc *redisTLSDialer) (redis.UniversalClient, error) {
+	return redisClientFor("--redis-url", raw, timeout, w, tc)
 }
 
 // redisClientFor builds the client the URL raw, given by flag, describes
 // (as newRedisClient does; errors name flag).
-func redisClientFor(flag, raw string, timeout time.Duration, w *redisstore.Watch) (redis.UniversalClient, error) {
+func redisClientFor(flag, raw string, timeout time.Duration, w *redisstore.Watch, tc *redisTLSDialer) (redis.UniversalClient, error) {
 	var onConnect func(context.Context, *redis.Conn) error
 	if w != nil {
 		onConnect = w.OnConnect
@@ -65,6 +71,9 @@ func redisClientFor(flag, raw string, timeout time.Duration, w *redisstore.Watch
 		o.ContextTimeoutEnabled = true
 		o.OnConnect = onConnect
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
+		if tc != nil && o.TLSConfig != nil {
+			o.Dialer = tc.dial("", o.DialTimeout) // each node's host
+		}
 		return redis.NewFailoverClient(o), nil
 	case cluster || len(q["addr"]) > 0:
 		o, err := redis.ParseClusterURL(u.String())
@@ -75,6 +84,9 @@ func redisClientFor(flag, raw string, timeout time.Duration, w *redisstore.Watch
 		o.ContextTimeoutEnabled = true
 		o.OnConnect = onConnect
 		defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
+		if tc != nil && o.TLSConfig != nil {
+			o.Dialer = tc.dial("", o.DialTimeout) // each node's host
+		}
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(u.String())
@@ -85,6 +97,9 @@ func redisClientFor(flag, raw string, timeout time.Duration, w *redisstore.Watch
 	o.ContextTimeoutEnabled = true
 	o.OnConnect = onConnect
 	defaultTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, dial, io)
+	if tc != nil && o.TLSConfig != nil {
+		o.Dialer = tc.dial(o.TLSConfig.ServerName, o.DialTimeout) // the URL's host
+	}
 	return redis.NewClient(o), nil
 }
 
@@ -105,6 +120,13 @@ const startupCheckTimeout = 2 * time.Second
 // user never wrote.
 func checkRedisAtStart(ctx context.Context, p *storeProbe, raw string, upstream bool) (answer, refused error) {
 	err := p.check(ctx, startupCheckTimeout)
+	if hint, ok := tlsConfigError(err, upstream); ok {
+		what := "--redis-url " + Redact(raw)
+		if upstream {
+			what = "REDIS_URL (" + Redact(raw) + ")"
+		}
+		return err, fmt.Errorf("%s: the TLS handshake with Redis fails (%v): %s", what, redactErr(err, raw), hint)
+	}
 	if hint, ok := redisConfigError(err); ok {
 		var re redis.Error
 		errors.As(err, &re)
@@ -121,6 +143,39 @@ func checkRedisAtStart(ctx context.Context, p *storeProbe, raw string, upstream 
 		return err, fmt.Errorf("%s: Redis refuses it (%s): %s", what, msg, hint)
 	}
 	return err, nil
+}
+
+// tlsConfigError reports whether err is a TLS handshake with Redis that
+// fails for what serve was told (a certificate its CA does not sign, a name
+// it does not carry, no client certificate where Redis asks for one), and
+// which flag (or, upstream, which of envoyproxy/ratelimit's variables)
+// fixes it. Such a handshake never succeeds by waiting: serve stops.
+func tlsConfigError(err error, upstream bool) (hint string, ok bool) {
+	if err == nil {
+		return "", false
+	}
+	name := func(flag, env string) string {
+		if upstream {
+			return env
+		}
+		return flag
+	}
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var alert tls.AlertError
+	switch {
+	case errors.As(err, &unknown):
+		return "Redis's certificate is signed by a CA this process does not trust: give that CA (PEM) with " + name("--redis-tls-ca", "REDIS_TLS_CACERT"), true
+	case errors.As(err, &host):
+		return "Redis's certificate does not name the host dialed: dial a name it carries, or verify only its chain with " + name("--redis-tls-skip-hostname-verification", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true"), true
+	case errors.As(err, &invalid):
+		return "Redis's certificate is not valid (expired, not yet valid, or not for a server): renew it", true
+	case errors.As(err, &alert) && (alert == 116 || alert == 42), // certificate_required, bad_certificate
+		strings.Contains(err.Error(), "remote error: tls: certificate required"), strings.Contains(err.Error(), "remote error: tls: bad certificate"):
+		return "Redis asks for a client certificate it accepts (tls-auth-clients): give one its CA signed with " + name("--redis-tls-cert and --redis-tls-key", "REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY"), true
+	}
+	return "", false
 }
 
 // redisConfigError reports whether err is Redis refusing what --redis-url

@@ -81,7 +81,11 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		redis.SetLogger(slogRedis{log})
 		var err error
 		watch := newRestartWatch(log)
-		if client, err = newRedisClient(c.redisURL, c.storeTimeout, watch); err != nil {
+		redisTLS, err := c.redisTLS.dialer(log)
+		if err != nil {
+			return err
+		}
+		if client, err = newRedisClient(c.redisURL, c.storeTimeout, watch, redisTLS); err != nil {
 			return err
 		}
 		defer client.Close()
@@ -97,7 +101,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 			// trips may take --rlqs-store-timeout: a request's store
 			// calls keep theirs, and a slow lease holds none of their
 			// connections.
-			qc, err := redisClientFor("--redis-url", c.redisURL, c.rlqs.storeTimeout, nil)
+			qc, err := redisClientFor("--redis-url", c.redisURL, c.rlqs.storeTimeout, nil, redisTLS)
 			if err != nil {
 				return err
 			}

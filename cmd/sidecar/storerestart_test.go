@@ -92,7 +92,7 @@ func TestStoreRestartIsCountedLoggedAndKept(t *testing.T) {
 func watchedStore(t *testing.T, url string) *redisstore.Store {
 	t.Helper()
 	w := newRestartWatch(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	client, err := newRedisClient(url, 500*time.Millisecond, w)
+	client, err := newRedisClient(url, 500*time.Millisecond, w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

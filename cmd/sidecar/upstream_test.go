@@ -120,7 +120,7 @@ func TestUpstreamRedisURLsConnect(t *testing.T) {
 		{"REDIS_TYPE": "cluster", "REDIS_URL": "n1:6379,n2:6379", "REDIS_AUTH": "hunter2", "REDIS_TLS": "true"},
 	} {
 		raw := parseUpstream(t, nil, e).redisURL
-		c, err := newRedisClient(raw, 50*time.Millisecond, nil)
+		c, err := newRedisClient(raw, 50*time.Millisecond, nil, nil)
 		if err != nil {
 			t.Errorf("%v: %s refused: %v", e, Redact(raw), err)
 			continue

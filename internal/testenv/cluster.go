@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os/exec"
@@ -23,9 +24,14 @@ const clusterWait = 30 * time.Second
 type Cluster struct {
 	// Addrs are the primaries' host:port on 127.0.0.1, in start order.
 	Addrs []string
+	// ClientTLS, for a cluster started with StartClusterTLS, is what the
+	// helper's own clients dial its nodes with (the caller's, as
+	// Redis.ClientTLS).
+	ClientTLS *tls.Config
 
 	tb    testing.TB
 	nodes []*clusterNode
+	tls   *RedisTLS // nil: plain TCP
 }
 
 // clusterNode is one redis-server of a Cluster.
@@ -33,6 +39,7 @@ type clusterNode struct {
 	addr string
 	bus  int // the cluster bus port
 	dir  string
+	tls  *RedisTLS
 	process
 }
 
@@ -44,6 +51,20 @@ type clusterNode struct {
 // registers the shutdown with tb.Cleanup.
 func StartCluster(tb testing.TB, primaries int) *Cluster {
 	tb.Helper()
+	return startCluster(tb, primaries, nil, nil)
+}
+
+// StartClusterTLS is StartCluster with every node serving TLS only, its
+// cluster bus too (tls-cluster), with t's files; t's certificate must be
+// good for a client as well (the nodes present it to each other). client
+// is what the helper's own clients dial with. Its URL is rediss+cluster://.
+func StartClusterTLS(tb testing.TB, primaries int, t RedisTLS, client *tls.Config) *Cluster {
+	tb.Helper()
+	return startCluster(tb, primaries, &t, client)
+}
+
+func startCluster(tb testing.TB, primaries int, t *RedisTLS, client *tls.Config) *Cluster {
+	tb.Helper()
 	if primaries < 1 {
 		tb.Fatalf("testenv: StartCluster(%d): want at least 1 primary", primaries)
 	}
@@ -52,10 +73,10 @@ func StartCluster(tb testing.TB, primaries int) *Cluster {
 			tb.Fatal(RedisInstall)
 		}
 	}
-	c := &Cluster{tb: tb}
+	c := &Cluster{tb: tb, tls: t, ClientTLS: client}
 	tb.Cleanup(c.kill)
 	for i := 0; i < primaries; i++ {
-		n := &clusterNode{dir: tb.TempDir()}
+		n := &clusterNode{dir: tb.TempDir(), tls: t}
 		var err error
 		for attempt := 0; attempt < 5; attempt++ {
 			var port int
@@ -87,8 +108,17 @@ func StartCluster(tb testing.TB, primaries int) *Cluster {
 
 func (n *clusterNode) start() error {
 	_, port, _ := net.SplitHostPort(n.addr)
-	cmd := exec.Command("redis-server",
-		"--port", port, "--bind", "127.0.0.1",
+	ports := []string{"--port", port}
+	if t := n.tls; t != nil {
+		auth := "no"
+		if t.AuthClients {
+			auth = "yes"
+		}
+		ports = []string{"--port", "0", "--tls-port", port, "--tls-cluster", "yes", "--tls-cert-file", t.CertFile,
+			"--tls-key-file", t.KeyFile, "--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", auth}
+	}
+	cmd := exec.Command("redis-server", append(ports,
+		"--bind", "127.0.0.1",
 		"--cluster-enabled", "yes",
 		"--cluster-port", strconv.Itoa(n.bus),
 		"--cluster-config-file", n.dir+"/nodes.conf",
@@ -96,7 +126,7 @@ func (n *clusterNode) start() error {
 		"--cluster-announce-ip", "127.0.0.1",
 		"--save", "", "--appendonly", "no",
 		"--dir", n.dir, "--logfile", "",
-		"--protected-mode", "no")
+		"--protected-mode", "no")...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -108,7 +138,11 @@ func (n *clusterNode) start() error {
 // create assigns the slots and joins the nodes.
 func (c *Cluster) create() error {
 	if len(c.nodes) >= 3 {
-		args := append([]string{"--cluster", "create"}, c.Addrs...)
+		var args []string
+		if t := c.tls; t != nil {
+			args = []string{"--tls", "--cacert", t.CAFile, "--cert", t.CertFile, "--key", t.KeyFile}
+		}
+		args = append(append(args, "--cluster", "create"), c.Addrs...)
 		args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 		if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -142,7 +176,7 @@ func (c *Cluster) do(ctx context.Context, addr string, args ...any) error {
 }
 
 func (c *Cluster) nodeCmd(ctx context.Context, addr string, args ...any) *redis.Cmd {
-	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: c.ClientTLS})
 	defer cl.Close()
 	return cl.Do(ctx, args...)
 }
@@ -196,7 +230,7 @@ func (c *Cluster) disagreement(ctx context.Context) string {
 // ("" for none).
 func (c *Cluster) owners(ctx context.Context, addr string) ([16384]string, error) {
 	var owners [16384]string
-	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: c.ClientTLS})
 	defer cl.Close()
 	ranges, err := cl.ClusterSlots(ctx).Result()
 	if err != nil {
@@ -229,7 +263,11 @@ func (c *Cluster) kill() {
 // redis+cluster://host:port/?addr=host:port&addr=... (every primary).
 func (c *Cluster) URL() string {
 	var b strings.Builder
-	b.WriteString("redis+cluster://" + c.Addrs[0] + "/")
+	scheme := "redis+cluster://"
+	if c.tls != nil {
+		scheme = "rediss+cluster://"
+	}
+	b.WriteString(scheme + c.Addrs[0] + "/")
 	for i, a := range c.Addrs[1:] {
 		if i == 0 {
 			b.WriteString("?")
@@ -260,13 +298,16 @@ func (c *Cluster) PatientClient() *redis.ClusterClient {
 
 func (c *Cluster) client(dial, rw time.Duration) *redis.ClusterClient {
 	// The sidecar drops "+cluster" from the scheme before go-redis parses it.
-	o, err := redis.ParseClusterURL(strings.Replace(c.URL(), "redis+cluster://", "redis://", 1))
+	o, err := redis.ParseClusterURL(strings.Replace(strings.Replace(c.URL(), "rediss+cluster://", "rediss://", 1), "redis+cluster://", "redis://", 1))
 	if err != nil {
 		c.tb.Fatalf("testenv: parsing %s: %v", c.URL(), err)
 	}
 	o.MaxRetries, o.DialerRetries = -1, 1
 	o.ContextTimeoutEnabled, o.Protocol = true, 2
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dial, rw, rw
+	if c.ClientTLS != nil {
+		o.TLSConfig = c.ClientTLS
+	}
 	cl := redis.NewClusterClient(o)
 	c.tb.Cleanup(func() { _ = cl.Close() })
 	return cl
@@ -295,7 +336,7 @@ func (c *Cluster) ClientThrough(addr string, readTimeout time.Duration) *redis.C
 // NodeClient returns a plain client of the one node at addr (it answers
 // MOVED for slots it does not serve), closed on cleanup.
 func (c *Cluster) NodeClient(addr string) *redis.Client {
-	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: c.ClientTLS})
 	c.tb.Cleanup(func() { _ = cl.Close() })
 	return cl
 }

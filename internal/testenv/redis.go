@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"os/exec"
 	"strconv"
@@ -27,10 +28,25 @@ type Redis struct {
 	// Addr is the server's host:port on 127.0.0.1.
 	Addr string
 
+	// ClientTLS, for a server started with StartRedisTLS, is what Client
+	// dials it with; the caller sets it (the server's CA, a client
+	// certificate when the server asks for one).
+	ClientTLS *tls.Config
+
 	tb      testing.TB
 	dir     string
-	durable bool // append-only file, fsync'd on every write; kept by Restart
+	durable bool     // append-only file, fsync'd on every write; kept by Restart
+	tls     []string // redis-server's TLS arguments; nil: plain TCP
 	process
+}
+
+// RedisTLS is how StartRedisTLS serves TLS: its certificate chain and key,
+// and the CA it checks client certificates against (PEM files).
+type RedisTLS struct {
+	CertFile, KeyFile, CAFile string
+	// AuthClients: clients must present a certificate CAFile signed
+	// (redis-server's tls-auth-clients yes); otherwise none is asked for.
+	AuthClients bool
 }
 
 // StartRedis starts a redis-server with no persistence on a free loopback
@@ -49,12 +65,29 @@ func StartRedisDurable(tb testing.TB) *Redis {
 	return startRedis(tb, true)
 }
 
+// StartRedisTLS starts a redis-server that serves TLS only (no plain
+// port), as StartRedis does otherwise. Its URL is rediss://.
+func StartRedisTLS(tb testing.TB, t RedisTLS) *Redis {
+	tb.Helper()
+	auth := "no"
+	if t.AuthClients {
+		auth = "yes"
+	}
+	return startRedisWith(tb, false, []string{"--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile,
+		"--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", auth})
+}
+
 func startRedis(tb testing.TB, durable bool) *Redis {
+	tb.Helper()
+	return startRedisWith(tb, durable, nil)
+}
+
+func startRedisWith(tb testing.TB, durable bool, tlsArgs []string) *Redis {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatal(RedisInstall)
 	}
-	r := &Redis{tb: tb, dir: tb.TempDir(), durable: durable}
+	r := &Redis{tb: tb, dir: tb.TempDir(), durable: durable, tls: tlsArgs}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		var port int
@@ -90,11 +123,15 @@ func (r *Redis) start() error {
 	if r.durable {
 		persist = []string{"--appendonly", "yes", "--appendfsync", "always"}
 	}
-	cmd := exec.Command("redis-server", append([]string{
-		"--port", port, "--bind", "127.0.0.1",
+	ports := []string{"--port", port}
+	if r.tls != nil {
+		ports = append([]string{"--port", "0", "--tls-port", port}, r.tls...)
+	}
+	cmd := exec.Command("redis-server", append(append(ports,
+		"--bind", "127.0.0.1",
 		"--save", "",
 		"--dir", r.dir, "--logfile", "",
-		"--protected-mode", "no"}, persist...)...)
+		"--protected-mode", "no"), persist...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -117,12 +154,17 @@ func (r *Redis) Restart() {
 	r.tb.Fatalf("testenv: restarting redis-server on %s: %v", r.Addr, err)
 }
 
-// URL returns a redis:// URL for the server.
-func (r *Redis) URL() string { return "redis://" + r.Addr + "/0" }
+// URL returns a redis:// URL for the server (rediss:// over TLS).
+func (r *Redis) URL() string {
+	if r.tls != nil {
+		return "rediss://" + r.Addr + "/0"
+	}
+	return "redis://" + r.Addr + "/0"
+}
 
 // Client returns a new go-redis client for the server, closed on cleanup.
 func (r *Redis) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, TLSConfig: r.ClientTLS})
 	r.tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -130,7 +172,7 @@ func (r *Redis) Client() *redis.Client {
 // CommandCalls returns how many times the server has run each command, from
 // INFO commandstats (e.g. "evalsha" → 12).
 func (r *Redis) CommandCalls(ctx context.Context) (map[string]int64, error) {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, TLSConfig: r.ClientTLS})
 	defer c.Close()
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {

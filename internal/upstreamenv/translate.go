@@ -186,9 +186,22 @@ func Translate(environ map[string]string, force bool) (*Env, error) {
 	default:
 		bad("BACKEND_TYPE", "want redis")
 	}
-	for _, name := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT"} {
-		if has(name) {
-			bad(name, "throttlekit's Redis client has no client certificates or CA of its own yet; it checks Redis's certificate against the system roots: unset it")
+	// Redis over TLS: upstream reads these only with REDIS_TLS=true.
+	for _, v := range [][2]string{{"REDIS_TLS_CACERT", "--redis-tls-ca"}, {"REDIS_TLS_CLIENT_CERT", "--redis-tls-cert"},
+		{"REDIS_TLS_CLIENT_KEY", "--redis-tls-key"}, {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "--redis-tls-skip-hostname-verification"}} {
+		switch {
+		case !has(v[0]):
+		case !boolean("REDIS_TLS"):
+			u.ignore(v[0], "REDIS_TLS is not true")
+		case v[0] == "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION":
+			if boolean(v[0]) {
+				u.set(v[1], "true", false, v[0])
+			} else {
+				u.seen[v[0]] = true // false: the host name is verified, as asked
+				u.taken = append(u.taken, v[0])
+			}
+		default:
+			u.set(v[1], set[v[0]], false, v[0])
 		}
 	}
 

@@ -141,7 +141,10 @@ func TestEveryVariableIsAccountedFor(t *testing.T) {
 			needs[v.name] = map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true"}
 		}
 	}
-	refused := map[string]bool{"GRPC_UDS": true, "REDIS_TLS_CLIENT_CERT": true, "REDIS_TLS_CLIENT_KEY": true, "REDIS_TLS_CACERT": true}
+	for _, name := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"} {
+		needs[name] = map[string]string{"REDIS_URL": "r:6379", "REDIS_TLS": "true"}
+	}
+	refused := map[string]bool{"GRPC_UDS": true}
 	for _, v := range vars {
 		t.Run(v.name, func(t *testing.T) {
 			e := map[string]string{}
@@ -209,7 +212,6 @@ func TestBadValuesSayWhatToFix(t *testing.T) {
 		{map[string]string{"REDIS_URL": "redis-no-port"}, `"redis-no-port" is not host:port`},
 		{map[string]string{"REDIS_URL": "redis://:hunter2@r:6379/0"}, "REDIS_URL redis://:xxxxx@r:6379/0: want host:port"},
 		{map[string]string{"REDIS_URL": "r:6379", "REDIS_POOL_SIZE": "0"}, `REDIS_POOL_SIZE="0": want a positive number`},
-		{map[string]string{"REDIS_URL": "r:6379", "REDIS_TLS_CLIENT_CERT": "/c"}, "REDIS_TLS_CLIENT_CERT=\"/c\": throttlekit's Redis client has no client certificates"},
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_USE_TLS=\"true\": needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"},
 		{map[string]string{"GRPC_SERVER_USE_TLS": "yes please"}, `GRPC_SERVER_USE_TLS="yes please": want true or false`},
 		{map[string]string{"GRPC_UDS": "/tmp/rl.sock"}, "GRPC_UDS=\"/tmp/rl.sock\": throttlekit's gRPC listener is TCP only"},
@@ -228,6 +230,45 @@ func TestBadValuesSayWhatToFix(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("%v: the error shows the password: %v", tc.env, err)
+		}
+	}
+}
+
+// TestRedisTLSVariables: with REDIS_TLS=true, upstream's Redis TLS files
+// and switch become --redis-tls-*; without it upstream reads none of them,
+// and neither does serve (each is reported ignored, saying why).
+func TestRedisTLSVariables(t *testing.T) {
+	files := map[string]string{"REDIS_URL": "r:6379", "REDIS_TLS_CACERT": "/ca.pem", "REDIS_TLS_CLIENT_CERT": "/c.pem",
+		"REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}
+	on := map[string]string{"REDIS_TLS": "true"}
+	for k, v := range files {
+		on[k] = v
+	}
+	u, err := Translate(on, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := flagSet()
+	if err := u.Apply(fs); err != nil {
+		t.Fatal(err)
+	}
+	for flag, want := range map[string]string{"redis-url": "rediss://r:6379/0", "redis-tls-ca": "/ca.pem", "redis-tls-cert": "/c.pem",
+		"redis-tls-key": "/k.pem", "redis-tls-skip-hostname-verification": "true"} {
+		if got := fs.Lookup(flag).Value.String(); !strings.HasPrefix(got, want) {
+			t.Errorf("--%s = %q, want %q", flag, got, want)
+		}
+	}
+	u, err = Translate(files, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignored := map[string]string{}
+	for _, ig := range u.ignored {
+		ignored[ig.name] = ig.why
+	}
+	for name := range files {
+		if name != "REDIS_URL" && ignored[name] != "REDIS_TLS is not true" {
+			t.Errorf("%s without REDIS_TLS: ignored %q, want \"REDIS_TLS is not true\"", name, ignored[name])
 		}
 	}
 }
