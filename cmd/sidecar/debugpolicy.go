@@ -53,7 +53,7 @@ func writePolicyView(w io.Writer, e *engine.Engine) error {
 		},
 	}
 	if _, err := fmt.Fprintf(w, "# the policy in use: %s (%s, %s), hash %s\n# each file as loaded; after each limit, what it compiled to; after each gate, its state\n",
-		set.Dir, count(len(set.Domains), "domain"), count(len(set.Gates), "gate"), set.Hash); err != nil {
+		policySource(set), count(len(set.Domains), "domain"), count(len(set.Gates), "gate"), set.Hash); err != nil {
 		return err
 	}
 	for _, f := range set.Files {
@@ -140,4 +140,14 @@ func limitRules(set *policy.Set) map[*policy.Limit]limitRule {
 		walk(d.Name, d.Descriptors, nil)
 	}
 	return out
+}
+
+// policySource says where set came from: its directory, or, with none, an
+// xDS server (serve's only other source: each file is named after its
+// resource).
+func policySource(set *policy.Set) string {
+	if set.Dir != "" {
+		return set.Dir
+	}
+	return "pushed over xDS (each file below named after its resource)"
 }

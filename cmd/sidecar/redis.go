@@ -178,6 +178,40 @@ func tlsConfigError(err error, upstream bool) (hint string, ok bool) {
 	return "", false
 }
 
+// warnUnusedPassword logs a warning when raw carries a password and the
+// Redis it reaches has none: go-redis then connects without a word, and
+// whoever set the password believes Redis is guarded when anyone who
+// reaches it may use it. upstream names REDIS_AUTH, which gave the
+// password, rather than --redis-url.
+func warnUnusedPassword(ctx context.Context, client redis.UniversalClient, raw string, upstream bool, log *slog.Logger) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return
+	}
+	pw, _ := u.User.Password()
+	if pw == "" {
+		pw = u.Query().Get("password")
+	}
+	if pw == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+	defer cancel()
+	args := []any{"auth", pw}
+	if name := u.User.Username(); name != "" {
+		args = []any{"auth", name, pw}
+	}
+	err = client.Do(ctx, args...).Err()
+	if err == nil || !strings.Contains(err.Error(), "without any password configured") {
+		return
+	}
+	what := "the password in --redis-url"
+	if upstream {
+		what = "REDIS_AUTH"
+	}
+	log.Warn(what+" is not used: this Redis has no password (requirepass), so anyone who reaches it may use it; give Redis one, or drop "+what, "url", Redact(raw))
+}
+
 // redisConfigError reports whether err is Redis refusing what --redis-url
 // asks of it — the password, the user, the database, Cluster or Sentinel
 // mode — and what to change. Only a server's reply counts: a refused or

@@ -120,3 +120,44 @@ func TestRedisDownAtStartServes(t *testing.T) {
 		}
 	})
 }
+
+// TestPasswordWithoutOneOnRedisIsWarned (issue 42, item 6): a password
+// given (in --redis-url, or REDIS_AUTH) for a Redis that has none used to
+// be accepted without a word; serve still serves, and says once that the
+// password is not used, naming where it came from, never its value. A
+// password Redis does use is not warned of.
+func TestPasswordWithoutOneOnRedisIsWarned(t *testing.T) {
+	r := testenv.StartRedis(t)
+	const warning = "is not used: this Redis has no password"
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"--redis-url", []string{"--store", "redis", "--redis-url", "redis://:s3cret-unused@" + r.Addr + "/0"}, nil, "the password in --redis-url " + warning},
+		{"REDIS_AUTH", nil, map[string]string{"REDIS_URL": r.Addr, "REDIS_SOCKET_TYPE": "tcp", "REDIS_AUTH": "s3cret-unused"}, "REDIS_AUTH " + warning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServe(t, append(tc.args, storeDeadline...), tc.env)
+			if s.grpcAddr == "" {
+				t.Fatalf("serve did not start (exit %d):\n%s", s.code, s.stderr.String())
+			}
+			out := s.stderr.String()
+			if strings.Count(out, tc.want) != 1 {
+				t.Errorf("want one warning %q:\n%s", tc.want, out)
+			}
+			if strings.Contains(out, "s3cret-unused") {
+				t.Errorf("the password reached the logs:\n%s", out)
+			}
+		})
+	}
+	t.Run("used", func(t *testing.T) {
+		r := testenv.StartRedis(t)
+		requirePassword(t, r, "s3cret-used")
+		s := startServe(t, append([]string{"--store", "redis", "--redis-url", "redis://:s3cret-used@" + r.Addr + "/0"}, storeDeadline...), nil)
+		if s.grpcAddr == "" || strings.Contains(s.stderr.String(), warning) {
+			t.Errorf("serve %q (exit %d), want it serving without the warning:\n%s", s.grpcAddr, s.code, s.stderr.String())
+		}
+	})
+}

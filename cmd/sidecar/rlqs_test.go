@@ -190,8 +190,10 @@ func TestRLQSFlags(t *testing.T) {
 }
 
 // TestValidateListsRLQSRefusals: validate --rlqs names each rule the quota
-// service would answer DENY_ALL for, and still says OK (RLS serves it);
-// without --rlqs it says nothing of RLQS.
+// service would answer DENY_ALL for, once prefixed (not "rlqs: rlqs:"),
+// and exits 1: an Envoy's rate_limit_quota filter would deny every request
+// of their buckets (it exited 0). Without --rlqs it says nothing of RLQS
+// and exits 0 (RLS serves the rule).
 func TestValidateListsRLQSRefusals(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "t.yaml"), []byte(rlqsPolicy), 0o644); err != nil {
@@ -204,8 +206,14 @@ func TestValidateListsRLQSRefusals(t *testing.T) {
 		}
 		var out, errs bytes.Buffer
 		code := run(context.Background(), args, env(nil), &out, &errs)
-		if code != 0 || !strings.Contains(out.String(), dir+": OK") {
-			t.Fatalf("%v: exit %d, %s%s", args, code, out.String(), errs.String())
+		if want := map[bool]int{true: 1, false: 0}[rlqs]; code != want || !strings.Contains(out.String(), dir+": OK") {
+			t.Fatalf("%v: exit %d, want %d: %s%s", args, code, want, out.String(), errs.String())
+		}
+		if strings.Contains(out.String(), "rlqs: rlqs:") {
+			t.Errorf("%v: the prefix doubled:\n%s", args, out.String())
+		}
+		if rlqs && !strings.Contains(errs.String(), "1 rule the quota service (--rlqs) would answer DENY_ALL for") {
+			t.Errorf("%v: stderr %q, want it to say why it fails", args, errs.String())
 		}
 		named := strings.Contains(out.String(), dir+": rlqs: ") && strings.Contains(out.String(), "t/per-second") && strings.Contains(out.String(), "at least 2s")
 		if named != rlqs || strings.Contains(out.String(), "per-tenant") {

@@ -184,6 +184,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 			return refused
 		}
 		probe.record(answer)
+		if answer == nil {
+			warnUnusedPassword(ctx, client, c.redisURL, c.upstream.Took("REDIS_AUTH"), log)
+		}
 	}
 	rl := &reloader{dir: c.policyDir, tree: c.policyTree, engine: eng, metrics: m, log: log, debounce: c.reloadDebounce, loaded: make(chan string, 1)}
 	var xds *source.XDS // the policy comes from an xDS server, or the directory (xdsserve.go)

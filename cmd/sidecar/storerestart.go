@@ -18,7 +18,7 @@ func newRestartWatch(log *slog.Logger) *redisstore.Watch {
 				lost = "it came back from its append-only file: with appendfsync always nothing is lost, with everysec up to its last second of counts"
 			}
 			log.Warn("store restarted: the Redis server behind --redis-url is a new one (restarted, or a replica promoted); "+lost+
-				"; windows in place may admit again what it forgot, up to their limit, except keys this sidecar was denied, which stay denied here until their windows end (README: Store restarts)",
+				"; windows in place may admit again what it forgot, up to their limit, except keys this sidecar was denied, which stay denied here until their windows end (docs/faults.md: Store restarts)",
 				"server", r.Server, "run_id", r.Now, "was", r.Was, "uptime", r.Uptime.String(), "appendonly", r.AppendOnly)
 		},
 		OnBlind: func(err error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,15 @@ func TestStoreRestartIsCountedLoggedAndKept(t *testing.T) {
 	}
 	if len(restarts) != 1 || restarts[0]["level"] != "WARN" || restarts[0]["server"] != r.Addr || restarts[0]["appendonly"] != false {
 		t.Errorf("restart logged as %v; want one warning naming %s, appendonly false", restarts, r.Addr)
+	}
+	// The section the warning points to is where it says (it named the
+	// README, which no longer has it).
+	faults, err := os.ReadFile("../../docs/faults.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(restarts) == 1 && (!strings.Contains(restarts[0]["msg"].(string), "(docs/faults.md: Store restarts)") || !strings.Contains(string(faults), "\n## Store restarts\n")) {
+		t.Errorf("the warning points to %q; want docs/faults.md's Store restarts section, which exists", restarts[0]["msg"])
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/throttlekit/throttlekit/pkg/adaptive/distributed"
 	"github.com/throttlekit/throttlekit/pkg/engine"
@@ -22,8 +23,9 @@ const validateUsage = "usage: throttlekit validate [serve's flags] [DIR...]\n\n"
 	"--postgres-url), without connecting to anything. Prints DIR: OK (N domains, M gates),\n" +
 	"or every problem as file:line: field: message. Exits 1 when a directory is invalid,\n" +
 	"holds no policy file, or would be refused by serve. With --rlqs it also lists, as\n" +
-	"DIR: rlqs: ..., every rule the quota service would answer DENY_ALL for (RLS still\n" +
-	"serves them; they do not fail validation).\n\n"
+	"DIR: rlqs: ..., every rule the quota service would answer DENY_ALL for (an Envoy's\n" +
+	"rate_limit_quota filter denies every request of their buckets; RLS still serves\n" +
+	"them), and exits 1 when there is one.\n\n"
 
 // validateArgs is validate's command line: serve's configuration, and the
 // policy directories to check.
@@ -65,7 +67,14 @@ func validate(args validateArgs, stdout, stderr io.Writer) bool {
 		if err == nil {
 			fmt.Fprintf(stdout, "%s: OK (%s, %s)\n", dir, count(len(set.Domains), "domain"), count(len(set.Gates), "gate"))
 			for _, r := range refused {
-				fmt.Fprintf(stdout, "%s: rlqs: %v\n", dir, r)
+				fmt.Fprintf(stdout, "%s: rlqs: %s\n", dir, strings.TrimPrefix(r.Error(), "rlqs: "))
+			}
+			if len(refused) > 0 {
+				// Over RLQS a refused rule's buckets get a blanket
+				// DENY_ALL: every request of theirs is denied.
+				ok = false
+				fmt.Fprintf(stderr, "%s: %s the quota service (--rlqs) would answer DENY_ALL for, denying every request of their buckets at the Envoys: serve them over RLS only (drop --rlqs here), or give them a window of 2s or more (fixed_window, sliding_window, quota)\n",
+					dir, count(len(refused), "rule"))
 			}
 			continue
 		}

@@ -61,6 +61,17 @@ func TestServeTakesPolicyOverXDS(t *testing.T) {
 
 	srv.Push("rl", "v1", xdsLimit("k", 2))
 	s.waitReady(t, http.StatusOK)
+	// /debug/policy says where the policy came from (it showed an empty
+	// source), and the stream's log line names the xDS node apart from the
+	// sidecar's own (it had two "node" keys).
+	if _, body := s.get(t, "/debug/policy"); !strings.Contains(body, "# the policy in use: pushed over xDS") {
+		t.Errorf("/debug/policy under xDS:\n%s\nwant it to say the policy was pushed over xDS", body)
+	}
+	for _, line := range strings.Split(s.stderr.String(), "\n") {
+		if strings.Contains(line, "xDS stream open") && (strings.Count(line, `"node":`) != 1 || !strings.Contains(line, `"xds_node":"rl"`)) {
+			t.Errorf("the stream's log line: %s\nwant one node key and xds_node rl", line)
+		}
+	}
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		if got := rlsCode(t, s, "k", "a"); got != want {
 			t.Fatalf("v1, request %d: %v, want %v", i+1, got, want)

@@ -238,7 +238,7 @@ func (x *XDS) session(ctx context.Context, apply Apply) (pushed bool, err error)
 	if err := client.InitConnect(conn); err != nil {
 		return false, err
 	}
-	x.log.Info("xDS stream open: waiting for RateLimitConfig pushes", "node", x.opts.NodeID)
+	x.log.Info("xDS stream open: waiting for RateLimitConfig pushes", "xds_node", x.opts.NodeID)
 	var lastRejected [sha256.Size]byte
 	for {
 		resp, err := client.Fetch()
