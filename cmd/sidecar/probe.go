@@ -247,12 +247,30 @@ func unreachable(c *probeConfig, err error, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "throttlekit probe: throttlekit at %s answered, but could not decide: its store failed (%s); check the store it uses (--redis-url) and its /readyz\n", c.addr, msg)
 	case code == codes.Unavailable && !c.tlsOn && tlsListener(msg):
 		fmt.Fprintf(stderr, "throttlekit probe: cannot talk to throttlekit at %s (%s); is its gRPC listener TLS (serve's --grpc-tls-cert)? give --tls-ca, and for mutual TLS --tls-cert and --tls-key\n", c.addr, msg)
+	case code == codes.Unavailable && c.tlsOn && tlsHint(msg) != "":
+		fmt.Fprintf(stderr, "throttlekit probe: the TLS handshake with throttlekit at %s fails (%s): %s\n", c.addr, msg, tlsHint(msg))
 	case code == codes.Unavailable || code == codes.DeadlineExceeded:
 		fmt.Fprintf(stderr, "throttlekit probe: cannot reach throttlekit at %s (%s); is `throttlekit serve` running there? --addr sets the address\n", c.addr, msg)
 	default:
 		fmt.Fprintf(stderr, "throttlekit probe: %v\n", err)
 	}
 	return exitFailed
+}
+
+// tlsHint says which of probe's flags fixes a TLS handshake that failed
+// with msg, or "" when msg is no such failure.
+func tlsHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"):
+		return "the listener asks for a client certificate its CA signed (serve's --grpc-tls-client-ca): give --tls-cert and --tls-key"
+	case strings.Contains(msg, "certificate signed by unknown authority"):
+		return "the sidecar's certificate is signed by a CA probe does not trust: give that CA (PEM) with --tls-ca"
+	case strings.Contains(msg, "certificate is valid for"), strings.Contains(msg, "doesn't contain any IP SANs"):
+		return "the sidecar's certificate does not name the host of --addr: give the name it carries with --tls-server-name"
+	case strings.Contains(msg, "certificate has expired"), strings.Contains(msg, "not yet valid"):
+		return "the sidecar's certificate is out of its validity: renew serve's --grpc-tls-cert"
+	}
+	return ""
 }
 
 // tlsListener reports whether msg, a plaintext dial's failure, is a TLS

@@ -57,9 +57,24 @@ func TestProbeOverMutualTLS(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "is its gRPC listener TLS") || !strings.Contains(errs, "--tls-ca") {
 		t.Errorf("plaintext to a TLS listener: exit %d, stderr %q; want a hint to give --tls-ca", code, errs)
 	}
+	// TLS without a client certificate, or with another CA: probe says
+	// which flag fixes it (it said "is `throttlekit serve` running
+	// there?", issue 42, item 6).
 	code, _, errs = runProbe(ctx, append(base, "--tls-ca", p("ca.crt"), "--tls-server-name", "throttlekit.internal")...)
-	if code != 1 || strings.Contains(errs, "is its gRPC listener TLS") {
-		t.Errorf("TLS without a client certificate: exit %d, stderr %q; want exit 1", code, errs)
+	if code != 1 || strings.Contains(errs, "is its gRPC listener TLS") || strings.Contains(errs, "running there") || !strings.Contains(errs, "give --tls-cert and --tls-key") {
+		t.Errorf("TLS without a client certificate: exit %d, stderr %q; want exit 1 and to give --tls-cert and --tls-key", code, errs)
+	}
+	other := certtest.NewCA(t, "other-ca")
+	if err := os.WriteFile(p("other.crt"), other.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runProbe(ctx, append(base, "--tls-ca", p("other.crt"), "--tls-cert", p("cli.crt"), "--tls-key", p("cli.key"), "--tls-server-name", "throttlekit.internal")...)
+	if code != 1 || strings.Contains(errs, "running there") || !strings.Contains(errs, "--tls-ca") {
+		t.Errorf("TLS with another CA: exit %d, stderr %q; want exit 1 naming --tls-ca", code, errs)
+	}
+	code, _, errs = runProbe(ctx, append(base, "--tls-ca", p("ca.crt"), "--tls-cert", p("cli.crt"), "--tls-key", p("cli.key"), "--tls-server-name", "elsewhere.internal")...)
+	if code != 1 || strings.Contains(errs, "running there") || !strings.Contains(errs, "--tls-server-name") {
+		t.Errorf("TLS checking a name the certificate does not carry: exit %d, stderr %q; want exit 1 naming --tls-server-name", code, errs)
 	}
 	for _, tc := range []struct {
 		args []string
