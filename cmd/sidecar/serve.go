@@ -199,8 +199,17 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 				return err
 			}
 		}
-	} else if err := rl.load(ctx); err != nil {
-		return fmt.Errorf("no valid policy in %s; fix the errors above (`throttlekit validate %s` lists them)", c.policyDir, c.policyDir)
+	} else {
+		if note := belowNote(c.policyDir); note != "" && !c.policyTree {
+			log.Warn(note)
+		}
+		if err := rl.load(ctx); err != nil {
+			validate := "throttlekit validate " + c.policyDir
+			if c.policyTree {
+				validate = "throttlekit validate --policy-tree " + c.policyDir
+			}
+			return fmt.Errorf("no valid policy in %s; fix the errors above (`%s` lists them)", c.policyDir, validate)
+		}
 	}
 
 	tracer, stopTracing, err := c.tracing.Start(ctx, log) // internal/telemetry

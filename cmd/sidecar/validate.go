@@ -59,6 +59,8 @@ func validate(args validateArgs, stdout, stderr io.Writer) bool {
 		set, err := policy.Load(dir)
 		if args.c.policyTree {
 			set, _, err = policy.LoadTree(dir)
+		} else if note := belowNote(dir); note != "" {
+			fmt.Fprintf(stderr, "%s: note: %s\n", dir, note)
 		}
 		var refused []error
 		if err == nil {
@@ -134,4 +136,21 @@ func count(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// belowNote says which files below dir serve and validate do not read
+// without --policy-tree, or "" when there is none: a directory laid out as
+// envoyproxy/ratelimit's runtime tree (sub/api.yaml) lost them without a
+// word.
+func belowNote(dir string) string {
+	files, total := policy.Below(dir, 3)
+	if total == 0 {
+		return ""
+	}
+	more := ""
+	if total > len(files) {
+		more = fmt.Sprintf(" and %d more", total-len(files))
+	}
+	return fmt.Sprintf("%s%s below %s %s not read: only the files directly in it are, unless --policy-tree reads every file below it (envoyproxy/ratelimit's runtime layout)",
+		strings.Join(files, ", "), more, dir, map[bool]string{true: "is", false: "are"}[total == 1])
 }

@@ -58,3 +58,43 @@ func TestValidateRefusesWhatServeRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestFilesBelowThePolicyDirectoryAreNamed (issue 42, item 6): a policy
+// directory with sub/api.yaml, read without --policy-tree, loses it; serve
+// and validate now say so, naming it, and validate --policy-tree reads it.
+// A serve that fails with --policy-tree suggests the validate command that
+// fails the same way (it suggested one without the tree, which passed).
+func TestFilesBelowThePolicyDirectoryAreNamed(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"top.yaml": "domain: top\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+		"team/api.yaml": "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := filepath.Join("team", "api.yaml") + " below " + dir + " is not read"
+	var out, errs bytes.Buffer
+	if code := run(context.Background(), []string{"validate", dir}, env(nil), &out, &errs); code != 0 || !strings.Contains(errs.String(), want) || !strings.Contains(out.String(), "OK (1 domain") {
+		t.Errorf("validate: exit %d, stdout %q, stderr %q; want OK (1 domain) and %q", code, out.String(), errs.String(), want)
+	}
+	out.Reset()
+	errs.Reset()
+	if code := run(context.Background(), []string{"validate", "--policy-tree", dir}, env(nil), &out, &errs); code != 0 || strings.Contains(errs.String(), "not read") || !strings.Contains(out.String(), "OK (2 domains") {
+		t.Errorf("validate --policy-tree: exit %d, stdout %q, stderr %q; want OK (2 domains), no note", code, out.String(), errs.String())
+	}
+	s := runServe(t, []string{"serve", "--policy", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, env(nil))
+	if s.grpcAddr == "" || strings.Count(s.stderr.String(), want) != 1 {
+		t.Errorf("serve: %q, want it serving and warning once %q:\n%s", s.grpcAddr, want, s.stderr.String())
+	}
+	// A tree that fails: the suggested command fails too.
+	if err := os.WriteFile(filepath.Join(dir, "team", "bad.yaml"), []byte("domain: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = runServe(t, []string{"serve", "--policy", dir, "--policy-tree", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, env(nil))
+	if s.grpcAddr != "" || !strings.Contains(s.stderr.String(), "`throttlekit validate --policy-tree "+dir+"` lists them") {
+		t.Errorf("serve --policy-tree on a bad tree: %q, want it stopped, suggesting validate --policy-tree:\n%s", s.grpcAddr, s.stderr.String())
+	}
+}

@@ -69,6 +69,44 @@ func Load(dir string) (*Set, error) {
 	return set, err
 }
 
+// Below lists, relative to dir, up to most files in dir's subdirectories
+// that LoadTree would read and Load does not (names starting with "." are
+// skipped, as LoadTree skips them; symlinked directories are not
+// followed), in walk order, and how many there are in all: a policy
+// directory laid out as envoyproxy/ratelimit's runtime tree, read without
+// the tree, loses them without a word otherwise.
+func Below(dir string, most int) (files []string, total int) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, 0
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") || !e.IsDir() {
+			continue
+		}
+		_ = filepath.WalkDir(filepath.Join(dir, e.Name()), func(path string, d fs.DirEntry, err error) error {
+			switch {
+			case err != nil:
+				return nil
+			case strings.HasPrefix(d.Name(), "."):
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			case d.IsDir() || !d.Type().IsRegular():
+				return nil
+			}
+			total++
+			if len(files) < most {
+				rel, _ := filepath.Rel(dir, path)
+				files = append(files, rel)
+			}
+			return nil
+		})
+	}
+	return files, total
+}
+
 // LoadTree reads the policy below dir as envoyproxy/ratelimit reads its
 // runtime directory: every file in it and in its subdirectories, whatever
 // its name's extension (config/team-a/api.yaml, config/mongo.conf), one

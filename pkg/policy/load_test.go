@@ -227,3 +227,26 @@ func TestLoadFiles(t *testing.T) {
 		t.Errorf("a directory: err = %v", err)
 	}
 }
+
+// TestBelow: the files below a directory's subdirectories, as LoadTree
+// would read them: hidden names skipped (a ConfigMap's ..data), at most
+// most named, all counted.
+func TestBelow(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"top.yaml", "a/one.yaml", "a/b/two.conf", "c/three.yml", ".hidden/x.yaml", "a/.y.yaml", "..data/z.yaml"} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("domain: x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, total := policy.Below(dir, 2)
+	if total != 3 || len(files) != 2 || files[0] != filepath.Join("a", "b", "two.conf") || files[1] != filepath.Join("a", "one.yaml") {
+		t.Errorf("Below: %v of %d, want a/b/two.conf and a/one.yaml of 3", files, total)
+	}
+	if files, total := policy.Below(filepath.Join(dir, "missing"), 2); files != nil || total != 0 {
+		t.Errorf("a missing directory: %v, %d", files, total)
+	}
+}
