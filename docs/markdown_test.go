@@ -241,3 +241,20 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// TestReadmeIsAFrontPage (issue 42, item 6): the README says what, why, how
+// to try it, and links the rest. Measurement history (figures before and
+// after an issue) lives in docs/: it had half of the front page, and its
+// "Why" quoted live-gate figures its own table below had superseded.
+func TestReadmeIsAFrontPage(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?i)\bissues? \d+`).FindAllString(string(b), -1); len(m) > 0 {
+		t.Errorf("README.md names issues %q: history belongs in docs/ (benchmarks.md, testing.md), the front page says what is", m)
+	}
+	if n := strings.Count(string(b), "\n"); n > 170 {
+		t.Errorf("README.md has %d lines, want at most 170: what, why, how to try it, and links to the rest", n)
+	}
+}
