@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -41,7 +43,23 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 		telemetry.FederationCollector{Rules: m.federatedRules},
 		telemetry.FleetCollector{Nodes: func() []engine.NodeStat { return e.NodeStats(time.Now()) }},
 		telemetry.CostCollector{Costs: e.CostSnapshot})
+	// What the process is, whatever the scrape job is called: alerts find
+	// throttlekit's targets by it (deploy/alerts.yaml's ThrottlekitDown).
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "throttlekit_build_info",
+		Help:        "1, labelled with the release version and the Go version: marks a target as throttlekit's whatever its scrape job is named.",
+		ConstLabels: prometheus.Labels{"version": releaseVersion(), "goversion": runtime.Version()}})
+	info.Set(1)
+	reg.MustRegister(info)
 	return m
+}
+
+// releaseVersion is the version `throttlekit version` prints first.
+func releaseVersion() string {
+	mod := ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		mod = bi.Main.Version
+	}
+	return cmp.Or(version, mod, "(devel)")
 }
 
 // federatedRules reads m.fed, which serve sets after newMetrics (nil: not

@@ -181,3 +181,19 @@ func matchesAll(have map[string]string, ms []matcher) bool {
 	}
 	return true
 }
+
+// TestBuildInfo: /metrics serves throttlekit_build_info 1 with the
+// release and Go versions, what deploy/alerts.yaml's ThrottlekitDown finds
+// throttlekit's targets by whatever their scrape job is named.
+func TestBuildInfo(t *testing.T) {
+	s := startServe(t, nil, nil)
+	var found bool
+	for _, m := range s.scrape(t) {
+		if m.name == "throttlekit_build_info" && m.value == 1 && m.labels["version"] != "" && strings.HasPrefix(m.labels["goversion"], "go") {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no throttlekit_build_info 1 with version and goversion labels")
+	}
+}
