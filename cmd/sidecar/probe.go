@@ -19,6 +19,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -58,6 +59,10 @@ type probeConfig struct {
 	// without counting (--check-only), N > 0 charges N (--charge).
 	addend *uint64
 
+	// rlqs: one bucket's subscription over the Rate Limit Quota Service
+	// (probe_rlqs.go): the first --descriptor is the bucket id.
+	rlqs bool
+
 	// ext_proc: one HTTP request's headers, a hold, its response headers.
 	extproc      bool
 	method, path string
@@ -87,6 +92,7 @@ func parseProbe(args []string, stdout io.Writer) (*probeConfig, error) {
 	fs.BoolVar(&checkOnly, "check-only", false, "rate limit: check without counting, as Envoy asks when a request starts under a cost-based limit (each descriptor's hits_addend 0)")
 	fs.Uint64Var(&charge, "charge", 0, "rate limit: charge N units, counted even past the limit, as Envoy charges a cost when the response is done (each descriptor's hits_addend N)")
 	fs.BoolVar(&c.extproc, "extproc", false, "send one request through the concurrency gates (ext_proc) instead")
+	fs.BoolVar(&c.rlqs, "rlqs", false, "subscribe one bucket over the Rate Limit Quota Service instead (serve --rlqs), as Envoy's rate_limit_quota filter does on the bucket's first request, and say what the sidecar assigns it: --domain and one --descriptor, its entries the bucket id")
 	fs.StringVar(&c.path, "path", "/", "ext_proc: the request's :path")
 	fs.StringVar(&c.method, "method", "GET", "ext_proc: the request's :method")
 	fs.StringVar(&c.authority, "authority", "localhost", "ext_proc: the request's :authority (Host)")
@@ -96,11 +102,13 @@ func parseProbe(args []string, stdout io.Writer) (*probeConfig, error) {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: throttlekit probe --domain D --descriptor k=v [--descriptor k=v ...] [--hits N | --check-only | --charge N]
        throttlekit probe --extproc --path /p [--hold 2s] [--header k=v ...]
+       throttlekit probe --rlqs --domain D --descriptor k=v[,k2=v2]
 
 Asks a running throttlekit one question and says the answer in words:
-one ShouldRateLimit request of the descriptors given, or one HTTP request's
+one ShouldRateLimit request of the descriptors given, one HTTP request's
 headers through the concurrency gates (ext_proc, in Envoy's order: request
-headers, then after --hold the response headers). Hold a request open in
+headers, then after --hold the response headers), or one bucket's
+subscription over RLQS (--rlqs: what the sidecar assigns it). Hold a request open in
 one terminal and probe again in another to see a gate reject.
 
 A TLS listener (serve's --grpc-tls-cert) takes --tls-ca, and mutual TLS
@@ -134,6 +142,25 @@ answer came, 2 on a bad command line.
 	}
 	if c.metricsURL != "" && !strings.HasPrefix(c.metricsURL, "http://") && !strings.HasPrefix(c.metricsURL, "https://") {
 		return nil, fmt.Errorf("--metrics-url %q: want http://host:port/metrics or https://…, or empty to skip", c.metricsURL)
+	}
+	if c.rlqs {
+		for _, name := range []string{"extproc", "hits", "check-only", "charge", "path", "method", "authority", "header", "hold", "status"} {
+			if given[name] {
+				return nil, fmt.Errorf("--%s does not go with --rlqs: a subscription reports the bucket's first request, as Envoy does", name)
+			}
+		}
+		switch {
+		case c.domain == "":
+			return nil, errors.New("--rlqs needs --domain: the domain of the rate_limit_quota filter (its policy file's)")
+		case len(descs) != 1:
+			return nil, errors.New("--rlqs takes one --descriptor, the bucket id: key=value, or key=value,key2=value2")
+		}
+		es, err := parseDescriptor(descs[0])
+		if err != nil {
+			return nil, err
+		}
+		c.descriptors = [][]entry{es}
+		return c, nil
 	}
 	if c.extproc {
 		for _, name := range []string{"domain", "descriptor", "hits", "check-only", "charge"} {
@@ -232,6 +259,9 @@ func probeOnce(ctx context.Context, c *probeConfig, stdout, stderr io.Writer) in
 	defer conn.Close()
 	if c.extproc {
 		return probeGate(ctx, c, extprocv3.NewExternalProcessorClient(conn), stdout, stderr)
+	}
+	if c.rlqs {
+		return probeQuota(ctx, c, rlqspb.NewRateLimitQuotaServiceClient(conn), stdout, stderr)
 	}
 	return probeLimit(ctx, c, tlsConf, rlsv3.NewRateLimitServiceClient(conn), stdout, stderr)
 }

@@ -283,3 +283,44 @@ func FuzzParseDescriptor(f *testing.F) {
 		}
 	})
 }
+
+// TestProbeRLQS (issue 42, item 6): probe --rlqs subscribes one bucket as
+// Envoy's rate_limit_quota filter does (its first request, denied by
+// DENY_ALL, reported at once) and says what serve --rlqs sent: a token
+// bucket for a windowed rule (exit 0), ALLOW_ALL where no limit matches
+// (exit 0), DENY_ALL for a limit of 0 (exit 3). Before, RLQS could not be
+// seen working without an Envoy.
+func TestProbeRLQS(t *testing.T) {
+	const policy = "domain: q\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 80}\n  - key: blocked\n    rate_limit: {unit: minute, requests_per_unit: 0}\n"
+	s := startInProcess(t, map[string]string{"q.yaml": policy}, "--rlqs")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--domain", "q", "--descriptor", "tenant=acme"}, 0, "ASSIGNED: bucket tenant=acme: a token bucket of "},
+		{[]string{"--domain", "other", "--descriptor", "tenant=acme"}, 0, "ALLOW_ALL: bucket tenant=acme"},
+		{[]string{"--domain", "q", "--descriptor", "blocked=x"}, 3, "DENY_ALL: bucket blocked=x"},
+	} {
+		code, out, errs := runProbe(ctx, append([]string{"--rlqs", "--addr", s.grpcAddr, "--timeout", "10s"}, tc.args...)...)
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and %q", tc.args, code, out, errs, tc.code, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rlqs", "--descriptor", "a=1"}, "--rlqs needs --domain"},
+		{[]string{"--rlqs", "--domain", "q"}, "--rlqs takes one --descriptor"},
+		{[]string{"--rlqs", "--domain", "q", "--descriptor", "a=1", "--descriptor", "b=2"}, "--rlqs takes one --descriptor"},
+		{[]string{"--rlqs", "--domain", "q", "--descriptor", "a=1", "--hits", "2"}, "--hits does not go with --rlqs"},
+		{[]string{"--rlqs", "--extproc", "--domain", "q", "--descriptor", "a=1"}, "--extproc does not go with --rlqs"},
+	} {
+		code, _, errs := runProbe(ctx, tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
