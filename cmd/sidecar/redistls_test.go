@@ -76,7 +76,11 @@ func (r *tlsRedis) args(extra ...string) []string {
 		"--redis-tls-cert", r.client.Path("tls.crt"), "--redis-tls-key", r.client.Path("tls.key")}, extra...)
 }
 
-// askRedis asks s once for domain t, key k (testPolicy: 5 a second), and
+// tlsPolicy is testPolicy's limit over an hour: a counter a test reads
+// back from Redis after its checks (a second's key may expire first).
+const tlsPolicy = "domain: t\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+
+// askRedis asks s once for domain t, key k (tlsPolicy: 5 an hour), and
 // returns the answer's code.
 func askRedis(t *testing.T, s *sidecar, value string) rlsv3.RateLimitResponse_Code {
 	t.Helper()
@@ -103,7 +107,7 @@ func askRedis(t *testing.T, s *sidecar, value string) rlsv3.RateLimitResponse_Co
 // be given at all.
 func TestRedisTLSPrivateCAAndClientCertificate(t *testing.T) {
 	r := startTLSRedis(t, true)
-	s := startServe(t, append(r.args(), storeDeadline...), nil)
+	s := startServeWith(t, tlsPolicy, append(r.args(), storeDeadline...), nil)
 	if s.grpcAddr == "" {
 		t.Fatalf("serve did not start (exit %d):\n%s", s.code, s.stderr.String())
 	}
@@ -175,7 +179,7 @@ func TestRedisTLSHandshakeErrorsNameTheFlag(t *testing.T) {
 // three files stopped serve.
 func TestRedisTLSFromUpstreamVariables(t *testing.T) {
 	r := startTLSRedis(t, true)
-	s := startServe(t, storeDeadline, map[string]string{"REDIS_URL": r.Addr, "REDIS_SOCKET_TYPE": "tcp", "REDIS_TLS": "true",
+	s := startServeWith(t, tlsPolicy, storeDeadline, map[string]string{"REDIS_URL": r.Addr, "REDIS_SOCKET_TYPE": "tcp", "REDIS_TLS": "true",
 		"REDIS_TLS_CACERT": r.client.Path("ca.crt"), "REDIS_TLS_CLIENT_CERT": r.client.Path("tls.crt"), "REDIS_TLS_CLIENT_KEY": r.client.Path("tls.key")})
 	if s.grpcAddr == "" {
 		t.Fatalf("serve did not start (exit %d):\n%s", s.code, s.stderr.String())
@@ -195,7 +199,7 @@ func TestRedisTLSFromUpstreamVariables(t *testing.T) {
 // shown.
 func TestRedisTLSRotation(t *testing.T) {
 	r := startTLSRedis(t, true)
-	s := startServe(t, append(r.args(), storeDeadline...), map[string]string{"THROTTLEKIT_STORE_PROBE_INTERVAL": "20ms"})
+	s := startServeWith(t, tlsPolicy, append(r.args(), storeDeadline...), map[string]string{"THROTTLEKIT_STORE_PROBE_INTERVAL": "20ms"})
 	if s.grpcAddr == "" || s.gauge(t, "throttlekit_store_up") != 1 {
 		t.Fatalf("serve %q (exit %d), want it serving with its store up:\n%s", s.grpcAddr, s.code, s.stderr.String())
 	}
@@ -244,7 +248,7 @@ func TestRedisTLSCluster(t *testing.T) {
 	c := testenv.StartClusterTLS(t, 3, files, &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{node.Pair(t)}, ServerName: "127.0.0.1"})
 	cl := ca.Issue(t, false, []string{"throttlekit"}, "")
 	sec := certtest.NewSecretDir(t, map[string][]byte{"ca.crt": ca.PEM, "tls.crt": cl.CertPEM, "tls.key": cl.KeyPEM})
-	s := startServe(t, append([]string{"--store", "redis", "--redis-url", c.URL(), "--redis-tls-ca", sec.Path("ca.crt"),
+	s := startServeWith(t, tlsPolicy, append([]string{"--store", "redis", "--redis-url", c.URL(), "--redis-tls-ca", sec.Path("ca.crt"),
 		"--redis-tls-cert", sec.Path("tls.crt"), "--redis-tls-key", sec.Path("tls.key")}, storeDeadline...), nil)
 	if s.grpcAddr == "" || s.gauge(t, "throttlekit_store_up") != 1 {
 		t.Fatalf("serve %q (exit %d), want it serving with its store up:\n%s", s.grpcAddr, s.code, s.stderr.String())
