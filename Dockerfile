@@ -14,7 +14,9 @@ COPY cmd/ cmd/
 COPY pkg/ pkg/
 COPY internal/ internal/
 COPY VERSION ./
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=$(cat VERSION)" -o /out/throttlekit ./cmd/sidecar
+# -tags lean: the serving binary without simulate's charts (make image
+# builds the same image without Docker: cmd/mkimage).
+RUN CGO_ENABLED=0 go build -tags lean -trimpath -ldflags="-s -w -X main.version=$(cat VERSION)" -o /out/throttlekit ./cmd/sidecar
 # /bin/ratelimit is envoyproxy/ratelimit's entrypoint: manifests (Envoy
 # Gateway's among them) run `command: [/bin/ratelimit]`. It is this binary
 # under that name, a symlink made here because distroless has no shell; run

@@ -13,6 +13,15 @@ VERSION := $(shell cat VERSION)
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/throttlekit ./cmd/sidecar
 
+# The container image, without a daemon (cmd/mkimage, go-containerregistry):
+# the static serving binary without simulate (-tags lean), tagged
+# throttlekit:$(VERSION), as a tarball `docker load -i`, `podman load -i`
+# and `crane push` take.
+.PHONY: image
+image:
+	CGO_ENABLED=0 $(GO) build -tags lean -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/throttlekit-lean ./cmd/sidecar
+	$(GO) run ./cmd/mkimage --binary bin/throttlekit-lean --version $(VERSION) --out out/image/throttlekit-$(VERSION).tar
+
 # The test command the README gives and CI runs (scripts/test.sh): gofmt,
 # vet, then every test with the race detector, in stages that all run
 # whatever an earlier one did: unit (every package but test/e2e; internal/sim,
