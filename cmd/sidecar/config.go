@@ -61,6 +61,9 @@ type serveConfig struct {
 	tls listenerTLS
 	// redisTLS is what a rediss:// --redis-url dials with (redistls.go).
 	redisTLS redisTLS
+	// twins names the THROTTLEKIT_* variable that gave each flag ("--x")
+	// its value, when one did (named).
+	twins map[string]string
 	// xds, when its url is set, takes the policy from an xDS management
 	// server instead of policyDir (xdsflags.go).
 	xds xdsConfig
@@ -146,9 +149,17 @@ func parseServeFor(command string, args []string, getenv func(string) string, st
 		return nil, nil, fmt.Errorf("serve takes no arguments (got %q): did you mean --policy %s?", fs.Args(), fs.Arg(0))
 	}
 	rest = fs.Args()
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if err := applyEnv(fs, getenv); err != nil {
 		return nil, nil, err
 	}
+	c.twins = map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		if !given[f.Name] {
+			c.twins["--"+f.Name] = envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		}
+	})
 	// envoyproxy/ratelimit's variables, for the flags still not given
 	// (internal/upstreamenv, which reads no environment: it is handed
 	// the variables its table names).
@@ -167,7 +178,60 @@ func parseServeFor(command string, args []string, getenv func(string) string, st
 		return nil, nil, err
 	}
 	c.upstream = up
-	return c, rest, c.validate()
+	var flags []string
+	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, "--"+f.Name) })
+	return c, rest, c.namedErr(c.validate(), flags...)
+}
+
+// named is flag as a message names it for the person who set it: with the
+// variable that gave its value when one did (its THROTTLEKIT_* twin, or
+// envoyproxy/ratelimit's), which is what they would look for.
+func (c *serveConfig) named(flag string) string {
+	if v := c.twins[flag]; v != "" {
+		return flag + " (" + v + ")"
+	}
+	if from := c.upstream.From(flag); len(from) > 0 {
+		return flag + " (from " + strings.Join(from, ", ") + ")"
+	}
+	return flag
+}
+
+// namedErr is err with each of flags it mentions named as c.named does.
+func (c *serveConfig) namedErr(err error, flags ...string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, f := range flags {
+		if n := c.named(f); n != f {
+			msg = replaceFlag(msg, f, n)
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// replaceFlag replaces flag in msg by with where it stands as a word (not
+// --grpc-tls-cert inside --grpc-tls-certificate).
+func replaceFlag(msg, flag, with string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, flag)
+		if i < 0 {
+			b.WriteString(msg)
+			return b.String()
+		}
+		end := i + len(flag)
+		b.WriteString(msg[:i])
+		if end < len(msg) && (msg[end] == '-' || msg[end] >= 'a' && msg[end] <= 'z') {
+			b.WriteString(flag)
+		} else {
+			b.WriteString(with)
+		}
+		msg = msg[end:]
+	}
 }
 
 // environ lists the process's environment variable names (the

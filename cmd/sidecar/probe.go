@@ -279,6 +279,10 @@ func unreachable(c *probeConfig, err error, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "throttlekit probe: cannot talk to throttlekit at %s (%s); is its gRPC listener TLS (serve's --grpc-tls-cert)? give --tls-ca, and for mutual TLS --tls-cert and --tls-key\n", c.addr, msg)
 	case code == codes.Unavailable && c.tlsOn && tlsHint(msg) != "":
 		fmt.Fprintf(stderr, "throttlekit probe: the TLS handshake with throttlekit at %s fails (%s): %s\n", c.addr, msg, tlsHint(msg))
+	case code == codes.Unavailable && c.tlsOn && c.tls.CertFile == "" && hungUp(msg):
+		// A listener that requires a client certificate may hang up
+		// before its alert is read.
+		fmt.Fprintf(stderr, "throttlekit probe: throttlekit at %s hung up during TLS (%s): if its listener asks for a client certificate (serve's --grpc-tls-client-ca), give --tls-cert and --tls-key\n", c.addr, msg)
 	case code == codes.Unavailable || code == codes.DeadlineExceeded:
 		fmt.Fprintf(stderr, "throttlekit probe: cannot reach throttlekit at %s (%s); is `throttlekit serve` running there? --addr sets the address\n", c.addr, msg)
 	default:
@@ -301,6 +305,11 @@ func tlsHint(msg string) string {
 		return "the sidecar's certificate is out of its validity: renew serve's --grpc-tls-cert"
 	}
 	return ""
+}
+
+// hungUp reports whether msg is a connection the peer closed.
+func hungUp(msg string) bool {
+	return strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")
 }
 
 // tlsListener reports whether msg, a plaintext dial's failure, is a TLS

@@ -61,7 +61,7 @@ func TestProbeOverMutualTLS(t *testing.T) {
 	// which flag fixes it (it said "is `throttlekit serve` running
 	// there?", issue 42, item 6).
 	code, _, errs = runProbe(ctx, append(base, "--tls-ca", p("ca.crt"), "--tls-server-name", "throttlekit.internal")...)
-	if code != 1 || strings.Contains(errs, "is its gRPC listener TLS") || strings.Contains(errs, "running there") || !strings.Contains(errs, "give --tls-cert and --tls-key") {
+	if code != 1 || strings.Contains(errs, "is its gRPC listener TLS") || strings.Contains(errs, "running there") || !strings.Contains(errs, "--tls-cert and --tls-key") {
 		t.Errorf("TLS without a client certificate: exit %d, stderr %q; want exit 1 and to give --tls-cert and --tls-key", code, errs)
 	}
 	other := certtest.NewCA(t, "other-ca")

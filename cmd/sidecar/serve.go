@@ -83,7 +83,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		watch := newRestartWatch(log)
 		redisTLS, err := c.redisTLS.dialer(log)
 		if err != nil {
-			return err
+			return c.namedErr(err, "--redis-tls-ca", "--redis-tls-cert", "--redis-tls-key")
 		}
 		if client, err = newRedisClient(c.redisURL, c.storeTimeout, watch, redisTLS); err != nil {
 			return err
@@ -227,6 +227,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	var tlsFiles *certs.Source // TLS on the listeners (tlsflags.go, internal/certs)
 	if c.tls.enabled() {
 		if tlsFiles, err = certs.Load(c.tls.Files, log); err != nil {
+			err = c.namedErr(err, "--grpc-tls-cert", "--grpc-tls-key", "--grpc-tls-client-ca", "--grpc-tls-client-san")
 			return err
 		}
 		log.Info("gRPC over TLS", "cert", c.tls.CertFile, "client_ca", c.tls.ClientCAFile, "client_san", c.tls.ClientSAN, "http_too", c.tls.httpToo)

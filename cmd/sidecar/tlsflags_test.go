@@ -36,3 +36,25 @@ func TestTLSFlagsSayWhatIsMissing(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSErrorsNameTheVariableSet (issue 42, item 6): a TLS file given by a
+// variable (THROTTLEKIT_GRPC_TLS_CERT, or envoyproxy/ratelimit's
+// GRPC_SERVER_TLS_CERT) that does not load, or a flag that needs another,
+// is named with that variable; they named the flag alone, which the
+// person who set the variable never wrote.
+func TestTLSErrorsNameTheVariableSet(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"THROTTLEKIT_GRPC_TLS_CERT": missing, "THROTTLEKIT_GRPC_TLS_KEY": missing}, "--grpc-tls-cert (THROTTLEKIT_GRPC_TLS_CERT)"},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": missing, "GRPC_SERVER_TLS_KEY": missing}, "--grpc-tls-cert (from GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT)"},
+		{map[string]string{"THROTTLEKIT_REDIS_TLS_CERT": missing, "THROTTLEKIT_STORE": "redis", "THROTTLEKIT_REDIS_URL": "rediss://127.0.0.1:1/0"}, "--redis-tls-cert (THROTTLEKIT_REDIS_TLS_CERT) needs --redis-tls-key"},
+	} {
+		s := startServe(t, nil, tc.env)
+		if s.grpcAddr != "" || !strings.Contains(s.stderr.String(), tc.want) {
+			t.Errorf("%v: serve %q, output:\n%s\nwant it stopped, saying %q", tc.env, s.grpcAddr, s.stderr.String(), tc.want)
+		}
+	}
+}

@@ -87,7 +87,8 @@ func TestFlagsWinOverUpstreamVariables(t *testing.T) {
 }
 
 // TestBadUpstreamValuesSayWhatToFix: a value upstream's variables carry
-// that serve's own checks refuse names the flag. (Values the translation
+// that serve's own checks refuse names the flag and the variables it came
+// from. (Values the translation
 // refuses: internal/upstreamenv's TestBadValuesSayWhatToFix.)
 func TestBadUpstreamValuesSayWhatToFix(t *testing.T) {
 	for _, tc := range []struct {
@@ -95,10 +96,10 @@ func TestBadUpstreamValuesSayWhatToFix(t *testing.T) {
 		want string
 	}{
 		{map[string]string{"GRPC_PORT": "eighty"}, `GRPC_PORT="eighty": want a port number`},
-		{map[string]string{"LOG_FORMAT": "xml"}, `--log-format "xml": want text or json`},
+		{map[string]string{"LOG_FORMAT": "xml"}, `--log-format (from LOG_FORMAT) "xml": want text or json`},
 		{map[string]string{"REDIS_URL": "redis://:hunter2@r:6379/0"}, "REDIS_URL redis://:xxxxx@r:6379/0: want host:port"},
 		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "forever"}, "--grpc-max-connection-age (from GRPC_MAX_CONNECTION_AGE)"},
-		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":8080"}, "--metrics-addr :8080 is also"},
+		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":8080"}, "--metrics-addr (from USE_PROMETHEUS, PROMETHEUS_ADDR) :8080 is also"},
 	} {
 		_, err := parseServe(nil, env(memoryStore(tc.env)), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -294,6 +294,20 @@ func companions(flag, name string) []string {
 // given). A nil u took nothing.
 func (u *Env) Took(name string) bool { return u != nil && slices.Contains(u.taken, name) }
 
+// From returns the variables whose values set flag (e.g. "--grpc-tls-cert"),
+// when Apply set it from them; nil otherwise.
+func (u *Env) From(flag string) []string {
+	if u == nil {
+		return nil
+	}
+	for _, fv := range u.flags {
+		if fv.flag == flag && len(fv.from) > 0 && slices.Contains(u.taken, fv.from[0]) {
+			return fv.from
+		}
+	}
+	return nil
+}
+
 func (u *Env) set(flag, value string, byDefault bool, from ...string) {
 	var used []string
 	for _, name := range from {
