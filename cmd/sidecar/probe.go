@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/throttlekit/throttlekit/internal/certs"
@@ -70,11 +71,22 @@ type probeConfig struct {
 	headers      []entry
 	hold         time.Duration
 	status       int
+	// The response's end, where a cost limit reads its real cost: more
+	// response headers, trailers (sent after the headers when given), and
+	// dynamic metadata (namespace, key, value) on the last message.
+	respHeaders, respTrailers []entry
+	metadata                  []metaEntry
+	// costs: read --metrics-url around the request to say what its cost
+	// limits reserved and how it settled (given a cost flag or the URL).
+	costs bool
 }
+
+// metaEntry is one --metadata namespace:key=value.
+type metaEntry struct{ ns, key, value string }
 
 func parseProbe(args []string, stdout io.Writer) (*probeConfig, error) {
 	c := &probeConfig{}
-	var descs, headers stringsFlag
+	var descs, headers, respHeaders, respTrailers, metadata stringsFlag
 	var hits, charge uint64
 	var checkOnly bool
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
@@ -85,7 +97,7 @@ func parseProbe(args []string, stdout io.Writer) (*probeConfig, error) {
 	fs.StringVar(&c.tls.CertFile, "tls-cert", "", "dial over TLS presenting this client certificate chain (PEM file; needs --tls-key), for a listener with --grpc-tls-client-ca (mutual TLS, as Envoy Gateway dials)")
 	fs.StringVar(&c.tls.KeyFile, "tls-key", "", "the private key of --tls-cert (PEM file)")
 	fs.StringVar(&c.tls.ServerName, "tls-server-name", "", "dial over TLS, checking that the sidecar's certificate names this host (default: the host of --addr)")
-	fs.StringVar(&c.metricsURL, "metrics-url", "http://127.0.0.1:8080/metrics", "rate limit: the sidecar's /metrics (serve's --http-addr or --metrics-addr), read before and after the request to tell an unknown domain or a shadow rule over its limit, which the answer cannot; an https URL uses the --tls-* flags; empty to skip")
+	fs.StringVar(&c.metricsURL, "metrics-url", "http://127.0.0.1:8080/metrics", "the sidecar's /metrics (serve's --http-addr or --metrics-addr), read before and after the request: for a rate limit, to tell an unknown domain or a shadow rule over its limit, which the answer cannot; through the gates (given, or with a --response-header, --response-trailer or --metadata), to say what the request's cost limits reserved and how it settled; an https URL uses the --tls-* flags; empty to skip")
 	fs.StringVar(&c.domain, "domain", "", "rate limit: the policy domain to ask (e.g. edge)")
 	fs.Var(&descs, "descriptor", "rate limit: one descriptor, key=value, or key=value,key2=value2 for nested entries; repeat for more descriptors")
 	fs.Uint64Var(&hits, "hits", 1, "rate limit: how many hits the request counts (the request's hits_addend)")
@@ -99,6 +111,9 @@ func parseProbe(args []string, stdout io.Writer) (*probeConfig, error) {
 	fs.Var(&headers, "header", "ext_proc: a request header, name=value; repeatable")
 	fs.DurationVar(&c.hold, "hold", 0, "ext_proc: how long to hold the admitted request (and its gate slot) before its response headers")
 	fs.IntVar(&c.status, "status", 200, "ext_proc: the :status of the response headers sent after --hold (5xx counts as an error)")
+	fs.Var(&respHeaders, "response-header", "ext_proc: a response header, name=value, where a cost limit may read the real cost (costs: cost: {response_header: ...}); repeatable")
+	fs.Var(&respTrailers, "response-trailer", "ext_proc: a response trailer, name=value, sent after the response headers (costs: cost: {response_trailer: ...}); repeatable")
+	fs.Var(&metadata, "metadata", "ext_proc: dynamic metadata namespace:key=value on the response's last message, as Envoy forwards it (costs: cost: {metadata: ...}); repeatable")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: throttlekit probe --domain D --descriptor k=v [--descriptor k=v ...] [--hits N | --check-only | --charge N]
        throttlekit probe --extproc --path /p [--hold 2s] [--header k=v ...]
@@ -144,7 +159,7 @@ answer came, 2 on a bad command line.
 		return nil, fmt.Errorf("--metrics-url %q: want http://host:port/metrics or https://…, or empty to skip", c.metricsURL)
 	}
 	if c.rlqs {
-		for _, name := range []string{"extproc", "hits", "check-only", "charge", "path", "method", "authority", "header", "hold", "status"} {
+		for _, name := range []string{"extproc", "hits", "check-only", "charge", "path", "method", "authority", "header", "hold", "status", "response-header", "response-trailer", "metadata"} {
 			if given[name] {
 				return nil, fmt.Errorf("--%s does not go with --rlqs: a subscription reports the bucket's first request, as Envoy does", name)
 			}
@@ -176,16 +191,31 @@ answer came, 2 on a bad command line.
 		case c.status < 100 || c.status > 599:
 			return nil, fmt.Errorf("--status %d: want an HTTP status, 100 to 599", c.status)
 		}
-		for _, h := range headers {
-			k, v, ok := strings.Cut(h, "=")
-			if !ok || k == "" {
-				return nil, fmt.Errorf("--header %q: want name=value", h)
+		for _, l := range []struct {
+			flag string
+			in   stringsFlag
+			out  *[]entry
+		}{{"header", headers, &c.headers}, {"response-header", respHeaders, &c.respHeaders}, {"response-trailer", respTrailers, &c.respTrailers}} {
+			for _, h := range l.in {
+				k, v, ok := strings.Cut(h, "=")
+				if !ok || k == "" {
+					return nil, fmt.Errorf("--%s %q: want name=value", l.flag, h)
+				}
+				*l.out = append(*l.out, entry{strings.ToLower(k), v})
 			}
-			c.headers = append(c.headers, entry{strings.ToLower(k), v})
 		}
+		for _, m := range metadata {
+			nk, v, ok := strings.Cut(m, "=")
+			ns, k, ok2 := strings.Cut(nk, ":")
+			if !ok || !ok2 || ns == "" || k == "" {
+				return nil, fmt.Errorf("--metadata %q: want namespace:key=value (e.g. io.envoy.ai_gateway:llm_total_token=1200)", m)
+			}
+			c.metadata = append(c.metadata, metaEntry{ns, k, v})
+		}
+		c.costs = c.metricsURL != "" && (given["metrics-url"] || len(c.respHeaders)+len(c.respTrailers)+len(c.metadata) > 0)
 		return c, nil
 	}
-	for _, name := range []string{"path", "method", "authority", "header", "hold", "status"} {
+	for _, name := range []string{"path", "method", "authority", "header", "hold", "status", "response-header", "response-trailer", "metadata"} {
 		if given[name] {
 			return nil, fmt.Errorf("--%s goes with --extproc (a request through the gates)", name)
 		}
@@ -258,7 +288,7 @@ func probeOnce(ctx context.Context, c *probeConfig, stdout, stderr io.Writer) in
 	}
 	defer conn.Close()
 	if c.extproc {
-		return probeGate(ctx, c, extprocv3.NewExternalProcessorClient(conn), stdout, stderr)
+		return probeGate(ctx, c, tlsConf, extprocv3.NewExternalProcessorClient(conn), stdout, stderr)
 	}
 	if c.rlqs {
 		return probeQuota(ctx, c, rlqspb.NewRateLimitQuotaServiceClient(conn), stdout, stderr)
@@ -446,7 +476,7 @@ func resetIn(d time.Duration) string {
 // probeGate drives one request through the gates in Envoy's order: request
 // headers; if admitted, a hold with the slot taken; then response headers,
 // which release the slot.
-func probeGate(ctx context.Context, c *probeConfig, client extprocv3.ExternalProcessorClient, stdout, stderr io.Writer) int {
+func probeGate(ctx context.Context, c *probeConfig, tlsConf *tls.Config, client extprocv3.ExternalProcessorClient, stdout, stderr io.Writer) int {
 	// Ctrl-C ends a hold early: the stream is cancelled, and throttlekit
 	// releases the slot as dropped.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -467,6 +497,16 @@ func probeGate(ctx context.Context, c *probeConfig, client extprocv3.ExternalPro
 			err = status.Errorf(codes.DeadlineExceeded, "no answer within --timeout %s", prettyDuration(c.timeout))
 		}
 		return resp, err
+	}
+	// The cost counters before, to say what the request reserved and how
+	// it settled (its cost limits, costs:).
+	var was *probeCounters
+	if c.costs {
+		var err error
+		if was, err = readCounters(ctx, c.metricsURL, tlsConf, c.timeout, ""); err != nil {
+			fmt.Fprintf(stderr, "throttlekit probe: note: could not read %s (%v): what the request's cost limits did is not shown\n", c.metricsURL, err)
+			was = nil
+		}
 	}
 	hdrs := []entry{{":method", c.method}, {":authority", c.authority}, {":path", c.path}, {":scheme", "http"}}
 	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
@@ -500,16 +540,71 @@ func probeGate(ctx context.Context, c *probeConfig, client extprocv3.ExternalPro
 		fmt.Fprintf(stderr, "throttlekit probe: interrupted after %s: the stream is cancelled and throttlekit releases the slot as dropped\n", prettyDuration(time.Since(start).Round(time.Millisecond)))
 		return exitFailed
 	}
-	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap([]entry{{":status", strconv.Itoa(c.status)}}), EndOfStream: true}}}); err != nil {
-		return unreachable(c, err, stderr)
+	// The response's end: its headers, then its trailers when given; the
+	// metadata rides on the last message, as Envoy forwards it.
+	last := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(append([]entry{{":status", strconv.Itoa(c.status)}}, c.respHeaders...)), EndOfStream: len(c.respTrailers) == 0}}}
+	msgs := []*extprocv3.ProcessingRequest{last}
+	if len(c.respTrailers) > 0 {
+		last = &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+			ResponseTrailers: &extprocv3.HttpTrailers{Trailers: headerMap(c.respTrailers)}}}
+		msgs = append(msgs, last)
 	}
-	if _, err := answer(); err != nil {
-		return unreachable(c, err, stderr)
+	if len(c.metadata) > 0 {
+		last.MetadataContext = metadataContext(c.metadata)
+	}
+	for _, m := range msgs {
+		if err := stream.Send(m); err != nil {
+			return unreachable(c, err, stderr)
+		}
+		if _, err := answer(); err != nil {
+			return unreachable(c, err, stderr)
+		}
 	}
 	_ = stream.CloseSend()
 	fmt.Fprintf(stdout, "released: sent response headers (:status %d) after %s\n", c.status, prettyDuration(time.Since(start).Round(time.Millisecond)))
+	if was != nil {
+		// The sidecar settles a cost after it answers the response's last
+		// message: read until the settlement shows, or --timeout.
+		// A cost equal to its reservation moves no counter: a second is
+		// long enough to tell it from a settlement not yet counted.
+		deadline := time.Now().Add(min(c.timeout, time.Second))
+		for {
+			now, err := readCounters(ctx, c.metricsURL, tlsConf, c.timeout, "")
+			if err != nil {
+				fmt.Fprintf(stderr, "throttlekit probe: note: could not read %s after the request (%v): what the request's cost limits did is not shown\n", c.metricsURL, err)
+				break
+			}
+			note := costNote(was, now)
+			if note == "" || !strings.Contains(note, "reservation (") || time.Now().After(deadline) {
+				if note != "" {
+					fmt.Fprintln(stdout, note)
+				}
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // a CLI polling the sidecar's counters, not a test
+		}
+	}
 	return exitOK
+}
+
+// metadataContext is ms as Envoy forwards dynamic metadata: a number where
+// the value is one, a string otherwise.
+func metadataContext(ms []metaEntry) *corev3.Metadata {
+	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+	for _, m := range ms {
+		st := md.FilterMetadata[m.ns]
+		if st == nil {
+			st = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+			md.FilterMetadata[m.ns] = st
+		}
+		if f, err := strconv.ParseFloat(m.value, 64); err == nil {
+			st.Fields[m.key] = structpb.NewNumberValue(f)
+		} else {
+			st.Fields[m.key] = structpb.NewStringValue(m.value)
+		}
+	}
+	return md
 }
 
 func headerMap(es []entry) *corev3.HeaderMap {

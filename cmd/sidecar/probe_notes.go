@@ -22,6 +22,19 @@ import (
 type probeCounters struct {
 	unknown map[string]float64 // throttlekit_unknown_domain_total by domain
 	shadow  map[string]float64 // throttlekit_decisions_total{code="shadow"} of the probed domain, by rule
+	// cost is throttlekit_cost_{reserved,refunded,extra,overrun}_units_total
+	// by what ("reserved", ...) and "domain/rule": what a request through
+	// the gates reserved, and how it settled.
+	cost map[string]map[string]float64
+}
+
+// costCounters are the cost metrics probe --extproc reads, by what each
+// counts.
+var costCounters = map[string]string{
+	"throttlekit_cost_reserved_units_total": "reserved",
+	"throttlekit_cost_refunded_units_total": "refunded",
+	"throttlekit_cost_extra_units_total":    "extra",
+	"throttlekit_cost_overrun_units_total":  "overrun",
 }
 
 // readCounters reads url (the sidecar's /metrics) for domain's counters.
@@ -48,13 +61,13 @@ func readCounters(ctx context.Context, url string, tlsConf *tls.Config, timeout 
 // parseCounters reads Prometheus's text format for the counters of
 // probeCounters.
 func parseCounters(r io.Reader, domain string) (*probeCounters, error) {
-	c := &probeCounters{unknown: map[string]float64{}, shadow: map[string]float64{}}
+	c := &probeCounters{unknown: map[string]float64{}, shadow: map[string]float64{}, cost: map[string]map[string]float64{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		name, rest, ok := strings.Cut(line, "{")
-		if !ok || (name != "throttlekit_unknown_domain_total" && name != "throttlekit_decisions_total") {
+		if !ok || (name != "throttlekit_unknown_domain_total" && name != "throttlekit_decisions_total" && costCounters[name] == "") {
 			continue
 		}
 		labels, value, ok := parseLabels(rest)
@@ -66,6 +79,12 @@ func parseCounters(r io.Reader, domain string) (*probeCounters, error) {
 			continue
 		}
 		switch {
+		case costCounters[name] != "":
+			what := costCounters[name]
+			if c.cost[what] == nil {
+				c.cost[what] = map[string]float64{}
+			}
+			c.cost[what][labels["domain"]+"/"+labels["rule"]] = v
 		case name == "throttlekit_unknown_domain_total":
 			c.unknown[labels["domain"]] = v
 		case labels["domain"] == domain && labels["code"] == "shadow":
@@ -129,4 +148,34 @@ func probeNotes(domain string, was, now *probeCounters) []string {
 		}
 	}
 	return notes
+}
+
+// costNote says what a request through the gates reserved of its cost
+// limits, and how it settled, from the counters read before (was) and
+// after (now) it; "" when it reserved nothing. Other traffic at the same
+// moment shows here too.
+func costNote(was, now *probeCounters) string {
+	delta := func(what, key string) float64 { return now.cost[what][key] - was.cost[what][key] }
+	var parts []string
+	for _, key := range slices.Sorted(maps.Keys(now.cost["reserved"])) {
+		r := delta("reserved", key)
+		if r <= 0 {
+			continue
+		}
+		domain, rule, _ := strings.Cut(key, "/")
+		p := fmt.Sprintf("reserved %.0f of rule %s (domain %s)", r, rule, domain)
+		switch back, extra, over := delta("refunded", key), delta("extra", key), delta("overrun", key); {
+		case back > 0:
+			p += fmt.Sprintf(", settled at %.0f: %.0f given back", r-back, back)
+		case extra > 0 || over > 0:
+			p += fmt.Sprintf(", settled at %.0f: %.0f more counted", r+extra+over, extra+over)
+		default:
+			p += ", settled at its reservation (the cost was that, or not read: a reset stream, or no cost where the policy reads it)"
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "cost: " + strings.Join(parts, "; ")
 }

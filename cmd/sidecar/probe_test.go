@@ -324,3 +324,65 @@ func TestProbeRLQS(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeSettlesACost (issue 42, item 6): probe --extproc sends the
+// response's end where a cost limit reads the real cost (a response
+// header, a trailer, or dynamic metadata, as Envoy forwards them) and
+// says, from the sidecar's /metrics, what the request reserved and how it
+// settled. Before, a cost known at the end could not be seen settling
+// without an Envoy.
+func TestProbeSettlesACost(t *testing.T) {
+	const llm = `domain: llm
+descriptors:
+  - key: tenant
+    rate_limit: {name: tokens, unit: hour, requests_per_unit: 100000}
+costs:
+  - name: chat
+    match: {path_prefix: /chat}
+    descriptor: [{key: tenant, header: x-tenant}]
+    reserve: 4000
+    cost: {response_header: x-tokens}
+  - name: meta
+    match: {path_prefix: /meta}
+    descriptor: [{key: tenant, header: x-tenant}]
+    reserve: 1000
+    cost: {metadata: {namespace: io.envoy.ai_gateway, key: llm_total_token}}
+  - name: trail
+    match: {path_prefix: /trail}
+    descriptor: [{key: tenant, header: x-tenant}]
+    reserve: 500
+    cost: {response_trailer: x-usage}
+`
+	s := startInProcess(t, map[string]string{"llm.yaml": llm})
+	ctx := context.Background()
+	metrics := "http://" + s.httpAddr + "/metrics"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--path", "/chat", "--header", "x-tenant=acme", "--response-header", "x-tokens=1200"},
+			"cost: reserved 4000 of rule tokens (domain llm), settled at 1200: 2800 given back"},
+		{[]string{"--path", "/meta", "--header", "x-tenant=acme", "--metadata", "io.envoy.ai_gateway:llm_total_token=1500"},
+			"cost: reserved 1000 of rule tokens (domain llm), settled at 1500: 500 more counted"},
+		{[]string{"--path", "/trail", "--header", "x-tenant=acme", "--response-trailer", "x-usage=20"},
+			"cost: reserved 500 of rule tokens (domain llm), settled at 20: 480 given back"},
+	} {
+		code, out, errs := runProbe(ctx, append([]string{"--extproc", "--addr", s.grpcAddr, "--metrics-url", metrics}, tc.args...)...)
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errs, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--extproc", "--metadata", "nokey=1"}, "--metadata \"nokey=1\": want namespace:key=value"},
+		{[]string{"--extproc", "--response-header", "x"}, "--response-header \"x\": want name=value"},
+		{[]string{"--domain", "d", "--descriptor", "a=1", "--response-trailer", "t=1"}, "--response-trailer goes with --extproc"},
+	} {
+		code, _, errs := runProbe(ctx, tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
