@@ -74,6 +74,9 @@ type serveConfig struct {
 	// healthcheckPolicy and healthcheckStore: what /healthcheck, upstream's
 	// health check, requires besides not shutting down (upstream_health.go).
 	healthcheckPolicy, healthcheckStore bool
+	// upstreamMetrics: /metrics also serves envoyproxy/ratelimit's
+	// rate-limit metric names (telemetry.UpstreamCollector).
+	upstreamMetrics bool
 	// readyNeedsStore: /readyz and grpc.health.v1 also need the store to
 	// answer (by default they mean "can answer": each rule answers a store
 	// outage by its own failure mode).
@@ -114,6 +117,7 @@ func parseServeFor(command string, args []string, getenv func(string) string, st
 	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "strict and cached_deny checks wait (Redis WAIT, up to --store-timeout) until this many replicas hold them, so a Sentinel failover loses no admission a check answered; fewer in time fail the check to on_store_error. 0: no wait. Not with redis+cluster://")
 	fs.IntVar(&c.maxKeys, "max-keys", gale.DefaultMaxKeys, "most keys each rule keeps in this process (cached denials, leased credits): past it the least recently used key is evicted and its unused credits go back to the store; about 500 bytes a key")
 	fs.DurationVar(&c.storeProbeInterval, "store-probe-interval", time.Second, "how often to ask the store whether it answers (each probe waits at most --store-timeout): drives throttlekit_store_up (and /readyz and grpc.health.v1 with --ready-needs-store)")
+	fs.BoolVar(&c.upstreamMetrics, "upstream-metrics", false, "/metrics also serves envoyproxy/ratelimit's rate-limit metrics under the names its default mapping gives them (ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode} by domain, key1, key2), so dashboards and alerts written for it keep working; on with upstream's USE_PROMETHEUS=true")
 	fs.BoolVar(&c.readyNeedsStore, "ready-needs-store", false, "/readyz and grpc.health.v1 also fail while the store does not answer. Off: ready means a policy is loaded and the process answers, each rule answering a store outage by its failure mode; as a native sidecar, readiness counts toward the application pod's, so a Redis outage would take the application out of its Service")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.DurationVar(&c.messageTimeout, "extproc-message-timeout", 200*time.Millisecond, "Envoy's ext_proc message_timeout: concurrency gates' queue timeouts must stay below it")

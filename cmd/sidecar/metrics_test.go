@@ -197,3 +197,56 @@ func TestBuildInfo(t *testing.T) {
 		t.Error("no throttlekit_build_info 1 with version and goversion labels")
 	}
 }
+
+// TestUpstreamMetrics (issue 42, item 4): with --upstream-metrics, and with
+// upstream's USE_PROMETHEUS=true, /metrics serves envoyproxy/ratelimit's
+// names for what it counts (ratelimit_service_rate_limit_* by domain and
+// descriptor key), beside throttlekit's own; without, none of them (they
+// were never served: dashboards and alerts written for upstream went
+// blank on a switch-over).
+func TestUpstreamMetrics(t *testing.T) {
+	count := func(s *sidecar) (within, over float64, n int) {
+		for _, m := range s.scrape(t) {
+			if !strings.HasPrefix(m.name, "ratelimit_service_rate_limit_") {
+				continue
+			}
+			n++
+			if m.labels["domain"] == "t" && m.labels["key1"] == "k" && m.labels["key2"] == "" {
+				switch m.name {
+				case "ratelimit_service_rate_limit_within_limit":
+					within = m.value
+				case "ratelimit_service_rate_limit_over_limit":
+					over = m.value
+				}
+			}
+		}
+		return within, over, n
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		on   bool
+	}{
+		{"off", nil, nil, false},
+		{"--upstream-metrics", []string{"--upstream-metrics"}, nil, true},
+		{"USE_PROMETHEUS", nil, map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServeWith(t, tlsPolicy, tc.args, tc.env)
+			if s.grpcAddr == "" {
+				t.Fatalf("serve did not start:\n%s", s.stderr.String())
+			}
+			for range 7 { // tlsPolicy: 5 an hour; seven asks are 5 within, 2 over
+				askRedis(t, s, "upstream")
+			}
+			within, over, n := count(s)
+			switch {
+			case !tc.on && n != 0:
+				t.Errorf("%d upstream series without the switch, want none", n)
+			case tc.on && (n == 0 || within != 5 || over != 2):
+				t.Errorf("within %v, over %v (%d series): want 5 and 2 (5 an hour)", within, over, n)
+			}
+		})
+	}
+}

@@ -153,6 +153,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}
 	m := newMetrics(eng, rs)
 	m.fed = fed
+	if c.upstreamMetrics {
+		m.reg.MustRegister(telemetry.UpstreamCollector{Rules: eng.Snapshot})
+	}
 	fwd.m = m
 	if quotaStore != nil {
 		quotaStore.m = m
@@ -353,7 +356,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 // connection), so that validate refuses what serve refuses.
 func engineOptions(c *serveConfig, store gale.Store, fed *federationParts, fleet *fleetParts, log *slog.Logger) engine.Options {
 	o := engine.Options{Store: store, Shadow: c.shadow, StoreTimeout: c.storeTimeout, Logger: log, MessageTimeout: c.messageTimeout, MaxKeys: c.maxKeys,
-		Distributed: fleet.node}
+		Distributed: fleet.node, UpstreamHits: c.upstreamMetrics}
 	if fed != nil {
 		o.Federation = fed.rule
 	}

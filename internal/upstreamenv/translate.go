@@ -248,6 +248,8 @@ func Translate(environ map[string]string, force bool) (*Env, error) {
 		} else {
 			u.set("--metrics-addr", addr, !has("PROMETHEUS_ADDR"), "USE_PROMETHEUS", "PROMETHEUS_ADDR")
 		}
+		// Upstream's names too, so its dashboards and alerts keep working.
+		u.set("--upstream-metrics", "true", false, "USE_PROMETHEUS")
 	} else {
 		if has("USE_PROMETHEUS") {
 			u.seen["USE_PROMETHEUS"] = true // false: no listener of its own, as asked

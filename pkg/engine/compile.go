@@ -71,12 +71,15 @@ type rule struct {
 	shadow      bool
 	quota       bool
 	metricValue bool // detailed_metric or value_to_metric: metrics carry the value
-	replaces    []string
-	fair        *fairRule // non-nil: the limit is shared fairly among tenants
-	onError     policy.StoreErrorPolicy
-	stats       *ruleStats
-	mode        policy.Mode      // for traces
-	algorithm   policy.Algorithm // for traces; "" when unlimited or blocked
+	// statPath is the descriptor path as envoyproxy/ratelimit names its
+	// statistics (RuleSnapshot.Path).
+	statPath  []string
+	replaces  []string
+	fair      *fairRule // non-nil: the limit is shared fairly among tenants
+	onError   policy.StoreErrorPolicy
+	stats     *ruleStats
+	mode      policy.Mode      // for traces
+	algorithm policy.Algorithm // for traces; "" when unlimited or blocked
 }
 
 // compile turns set into a compiled policy. With build, it creates the
@@ -122,6 +125,9 @@ func (e *Engine) compile(set *policy.Set, prev *compiled, build bool) (*compiled
 				counted := map[string]*policy.Limit{} // this descriptor's counters: one limit each
 				for j, l := range pd.Limits {
 					r, err := e.newRule(d.Name, here, string(hereDesc), pd, l)
+					if err == nil {
+						r.statPath = here
+					}
 					if err == nil && pd.Fairness != nil {
 						r.fair, err = e.newFairRule(r, pd.Fairness, hereKeys)
 					}

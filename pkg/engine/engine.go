@@ -35,6 +35,10 @@ type Options struct {
 	QuotaStore gale.Store
 	// Shadow puts every rule in shadow mode: counted, never enforced.
 	Shadow bool
+	// UpstreamHits counts every rule's hits as envoyproxy/ratelimit's
+	// statistics do (RuleSnapshot.Upstream); off, they stay 0 and a
+	// decision pays none of their atomic adds.
+	UpstreamHits bool
 	// StoreTimeout bounds each request's store calls together (one
 	// deadline per request) and each alone (0: gale's default, 50ms).
 	StoreTimeout time.Duration

@@ -29,8 +29,24 @@ type Charges struct {
 	CheckOnly, Charged, OverrunUnits int64
 }
 
+// UpstreamHits counts a rule's hits as envoyproxy/ratelimit's statistics
+// do (its base_limiter.go), for the metrics it names
+// ratelimit.service.rate_limit.DOMAIN.KEY.*: every hit (TotalHits); hits
+// within the limit (WithinLimit); those of them past the near-limit
+// threshold, ⌊0.8 × the limit⌋ (NearLimit); hits past the limit
+// (OverLimit); and, in shadow mode, the over-limit hits answered OK
+// (ShadowMode). A request that crosses a threshold splits its hits as
+// upstream does. One difference stands: a denied request consumes nothing
+// here, so the hits upstream would still have counted into the window do
+// not raise the next request's count.
+type UpstreamHits struct {
+	TotalHits, WithinLimit, NearLimit, OverLimit, ShadowMode int64
+}
+
 type ruleStats struct {
 	ok, over, near, shadow         atomic.Int64
+	upTotal, upWithin, upNear      atomic.Int64
+	upOver, upShadow               atomic.Int64
 	checkOnly, charged, overrunned atomic.Int64
 	mu                             sync.Mutex
 	values                         map[string]*Decisions // guarded by mu; at most MaxMetricValues+1 keys
@@ -69,6 +85,9 @@ func (e *Engine) record(req *Request, hits []hit) {
 			}
 		}
 		s := h.r.stats
+		if e.opts.UpstreamHits {
+			s.countUpstream(h)
+		}
 		if h.charge {
 			if h.cost == 0 {
 				s.checkOnly.Add(1)
@@ -97,6 +116,49 @@ func (e *Engine) record(req *Request, hits []hit) {
 			s.addValue(entries[len(entries)-1].Value, d)
 		}
 	}
+}
+
+// countUpstream counts h's hits as envoyproxy/ratelimit does
+// (UpstreamHits), from the limit and what h's status left: admitted, the
+// count after it is the limit less what is left; denied, it consumed
+// nothing, so the count before it is.
+func (s *ruleStats) countUpstream(h *hit) {
+	hits := h.cost
+	if h.r.unlimited || hits <= 0 {
+		return
+	}
+	limit := int64(h.r.info.RequestsPerUnit)
+	left := h.d.Remaining // what the limit had left after it (a denial's: before it)
+	var before, after int64
+	if h.over {
+		before = max(limit-left, 0)
+		after = before + hits
+	} else {
+		after = limit - left
+		before = max(after-hits, 0)
+	}
+	near := int64(float64(float32(limit) * 0.8)) // upstream: ⌊float32(limit) × ratio⌋
+	s.upTotal.Add(hits)
+	if after > limit {
+		over := hits
+		if before < limit {
+			over = after - limit
+			s.upNear.Add(limit - max(near, before))
+		}
+		s.upOver.Add(over)
+		if h.shadow() {
+			s.upShadow.Add(over)
+		}
+		return
+	}
+	if after > near {
+		if before >= near {
+			s.upNear.Add(hits)
+		} else {
+			s.upNear.Add(after - near)
+		}
+	}
+	s.upWithin.Add(hits)
 }
 
 func (s *ruleStats) addValue(v string, d Decisions) {
@@ -135,6 +197,12 @@ type RuleSnapshot struct {
 	Values map[string]Decisions
 	// Limiter is the limiter's counters; zero for unlimited and blocked rules.
 	Limiter gale.Stats
+	// Path is the rule's descriptor path as envoyproxy/ratelimit names its
+	// statistics: each level's key, or key_value where the policy gives a
+	// value (ratelimit.service.rate_limit.DOMAIN.PATH...); Upstream its
+	// hits counted as upstream counts them.
+	Path     []string
+	Upstream UpstreamHits
 	// FairShares are a fair rule's tenants' shares of the current window,
 	// summed over its counters: at most MaxMetricValues tenants by name, the
 	// rest under OtherValue, and the overflow accounts of the tenants past
@@ -156,6 +224,9 @@ func (e *Engine) Snapshot() []RuleSnapshot {
 		}
 		s.Decisions = Decisions{OK: r.stats.ok.Load(), OverLimit: r.stats.over.Load(), NearLimit: r.stats.near.Load(), Shadow: r.stats.shadow.Load()}
 		s.Charges = Charges{CheckOnly: r.stats.checkOnly.Load(), Charged: r.stats.charged.Load(), OverrunUnits: r.stats.overrunned.Load()}
+		s.Path = r.statPath
+		s.Upstream = UpstreamHits{TotalHits: r.stats.upTotal.Load(), WithinLimit: r.stats.upWithin.Load(), NearLimit: r.stats.upNear.Load(),
+			OverLimit: r.stats.upOver.Load(), ShadowMode: r.stats.upShadow.Load()}
 		if r.limiter != nil {
 			s.Mode = r.limiter.Mode()
 			s.Limiter = r.limiter.Stats()
