@@ -84,9 +84,9 @@ func (p *storeProbe) record(err error) {
 	p.publish(up)
 	switch {
 	case !up:
-		p.log.Warn("store unreachable: not ready until it answers", "err", err)
+		p.log.Warn("store unreachable: each rule answers by its failure mode (on_store_error) until it answers again", "err", err)
 	case prev != nil:
-		p.log.Info("store reachable again: ready")
+		p.log.Info("store reachable again")
 	}
 }
 

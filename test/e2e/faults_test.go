@@ -186,9 +186,19 @@ func TestE2EFaults(t *testing.T) {
 		}
 	}
 	// Warm up every rule (scripts cached, leases taken), then the baseline.
+	// Not judged: a store call that misses the 50 ms store timeout on a
+	// loaded machine (fair_error's lease did, beside a second make test)
+	// is asked again, within the harness's outer bound.
 	for _, rule := range rules {
-		if _, err, _ := call(rule, "warm-up"); err != nil {
-			t.Fatalf("%s: %v", rule, err)
+		deadline := time.Now().Add(sampleDeadline)
+		for {
+			_, err, _ := call(rule, "warm-up")
+			if err == nil {
+				break
+			}
+			if !strings.Contains(err.Error(), "store failed") || time.Now().After(deadline) {
+				t.Fatalf("%s: %v", rule, err)
+			}
 		}
 	}
 	// The scrapes are not measured: a loaded machine answered GET
