@@ -10,8 +10,13 @@ all: build
 # VERSION holds the release's semantic version (CHANGELOG.md); the binary's
 # `version` prints it.
 VERSION := $(shell cat VERSION)
+# A first build downloads the modules and compiles every dependency (a few
+# minutes on two cores): it says so, and -v names each package as it
+# compiles, so a cold `make run` is not a silent wait. A warm build prints
+# nothing more.
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/throttlekit ./cmd/sidecar
+	@[ -x bin/throttlekit ] || echo "make build: a first build downloads the modules and compiles every dependency (a few minutes); each package is named as it compiles" >&2
+	$(GO) build -v -ldflags "-X main.version=$(VERSION)" -o bin/throttlekit ./cmd/sidecar
 
 # The container image, without a daemon (cmd/mkimage, go-containerregistry):
 # the static serving binary without simulate (-tags lean), tagged
