@@ -38,13 +38,7 @@ func startTLSRedis(t *testing.T, auth bool, serverNames ...string) *tlsRedis {
 	t.Helper()
 	ca := certtest.NewCA(t, "redis-ca")
 	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := writeIn(t, dir)
 	var srv certtest.Leaf
 	if len(serverNames) == 0 {
 		srv = ca.Issue(t, true, []string{"localhost"}, "") // and 127.0.0.1
@@ -61,6 +55,19 @@ func startTLSRedis(t *testing.T, auth bool, serverNames ...string) *tlsRedis {
 	r.ClientTLS = &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cl.Pair(t)}, ServerName: name}
 	return &tlsRedis{Redis: r, ca: ca, dir: dir,
 		client: certtest.NewSecretDir(t, map[string][]byte{"ca.crt": ca.PEM, "tls.crt": cl.CertPEM, "tls.key": cl.KeyPEM})}
+}
+
+// writeIn returns a function writing a file of dir (mode 600) and giving
+// its path.
+func writeIn(t *testing.T, dir string) func(name string, b []byte) string {
+	return func(name string, b []byte) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 }
 
 // serverOnly is a server certificate's template naming names only (no IP
@@ -236,14 +243,7 @@ func TestRedisTLSCluster(t *testing.T) {
 	ca := certtest.NewCA(t, "cluster-ca")
 	node := ca.Sign(t, &x509.Certificate{Subject: pkix.Name{CommonName: "node"}, KeyUsage: x509.KeyUsageDigitalSignature,
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
-	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := writeIn(t, t.TempDir())
 	files := testenv.RedisTLS{CertFile: write("node.crt", node.CertPEM), KeyFile: write("node.key", node.KeyPEM), CAFile: write("ca.crt", ca.PEM), AuthClients: true}
 	c := testenv.StartClusterTLS(t, 3, files, &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{node.Pair(t)}, ServerName: "127.0.0.1"})
 	cl := ca.Issue(t, false, []string{"throttlekit"}, "")

@@ -19,8 +19,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -49,15 +47,8 @@ const fileCheckInterval = time.Second
 // use stays. Open connections are never touched: a rotation reaches new
 // connections only. Make one with Load; safe for concurrent handshakes.
 type Source struct {
-	files    Files
-	interval time.Duration
-	now      func() time.Time
-	log      *slog.Logger
-
-	cur     atomic.Pointer[material]
-	checked atomic.Int64  // when the files were last looked at, Unix ns
-	mu      sync.Mutex    // one reload at a time
-	failed  []os.FileInfo // the files as they last failed to load; guarded by mu
+	files[material]
+	f Files
 }
 
 // material is what one version of the files makes.
@@ -70,21 +61,24 @@ type material struct {
 // Load reads f's files and returns the Source that serves them; an error
 // names the flag and the file. log is where reloads are said.
 func Load(f Files, log *slog.Logger) (*Source, error) {
-	s := &Source{files: f, interval: fileCheckInterval, now: time.Now, log: log}
-	m, err := s.load()
-	if err != nil {
+	s := &Source{f: f}
+	s.files = files[material]{interval: fileCheckInterval, now: time.Now, log: log, stat: s.stat, load: s.load,
+		statOf: func(m *material) []os.FileInfo { return m.stat },
+		reloaded: func(old, m *material) {
+			s.log.Info("TLS certificate reloaded", "subject", m.leaf.Subject.String(), "not_after", m.leaf.NotAfter,
+				"previous_not_after", old.leaf.NotAfter)
+		}}
+	if err := s.start(); err != nil {
 		return nil, err
 	}
-	s.cur.Store(m)
-	s.checked.Store(s.now().UnixNano())
 	return s, nil
 }
 
 // stat looks at the files without reading them; an error names the flag.
 func (s *Source) stat() ([]os.FileInfo, error) {
-	files := [][2]string{{"--grpc-tls-cert", s.files.CertFile}, {"--grpc-tls-key", s.files.KeyFile}}
-	if s.files.ClientCAFile != "" {
-		files = append(files, [2]string{"--grpc-tls-client-ca", s.files.ClientCAFile})
+	files := [][2]string{{"--grpc-tls-cert", s.f.CertFile}, {"--grpc-tls-key", s.f.KeyFile}}
+	if s.f.ClientCAFile != "" {
+		files = append(files, [2]string{"--grpc-tls-client-ca", s.f.ClientCAFile})
 	}
 	var out []os.FileInfo
 	for _, f := range files {
@@ -104,25 +98,25 @@ func (s *Source) load() (*material, error) {
 	if err != nil {
 		return nil, err
 	}
-	cert, err := tls.LoadX509KeyPair(s.files.CertFile, s.files.KeyFile)
+	cert, err := tls.LoadX509KeyPair(s.f.CertFile, s.f.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-tls-cert %s and --grpc-tls-key %s: %v", s.files.CertFile, s.files.KeyFile, err)
+		return nil, fmt.Errorf("--grpc-tls-cert %s and --grpc-tls-key %s: %v", s.f.CertFile, s.f.KeyFile, err)
 	}
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-tls-cert %s: %v", s.files.CertFile, err)
+		return nil, fmt.Errorf("--grpc-tls-cert %s: %v", s.f.CertFile, err)
 	}
 	m := &material{stat: st, leaf: leaf}
 	m.http = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
 	m.grpc = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
-	if s.files.ClientCAFile != "" {
-		pem, err := os.ReadFile(s.files.ClientCAFile)
+	if s.f.ClientCAFile != "" {
+		pem, err := os.ReadFile(s.f.ClientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("--grpc-tls-client-ca: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--grpc-tls-client-ca %s: no PEM certificate in it", s.files.ClientCAFile)
+			return nil, fmt.Errorf("--grpc-tls-client-ca %s: no PEM certificate in it", s.f.ClientCAFile)
 		}
 		m.grpc.ClientCAs = pool
 		m.grpc.ClientAuth = tls.RequireAndVerifyClientCert
@@ -131,7 +125,7 @@ func (s *Source) load() (*material, error) {
 		// act for a client check it (Source.Client).
 		m.http.ClientCAs = pool
 		m.http.ClientAuth = tls.VerifyClientCertIfGiven
-		if san := s.files.ClientSAN; san != "" {
+		if san := s.f.ClientSAN; san != "" {
 			m.grpc.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
 				if len(chains) == 0 || len(chains[0]) == 0 {
 					return errors.New("throttlekit: no verified client certificate")
@@ -151,13 +145,13 @@ func (s *Source) load() (*material, error) {
 // client CA, and naming the client SAN when one is set. Otherwise an error
 // says what is missing. With no client CA any client is accepted.
 func (s *Source) Client(st *tls.ConnectionState) error {
-	if s.files.ClientCAFile == "" {
+	if s.f.ClientCAFile == "" {
 		return nil
 	}
 	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
 		return errors.New("a client certificate signed by --grpc-tls-client-ca is required, as on the gRPC listener")
 	}
-	if san := s.files.ClientSAN; san != "" {
+	if san := s.f.ClientSAN; san != "" {
 		if leaf := st.VerifiedChains[0][0]; !hasSAN(leaf, san) {
 			return fmt.Errorf("the client certificate's subject alternative names (%s) do not include %q (--grpc-tls-client-san)", strings.Join(sans(leaf), ", "), san)
 		}
@@ -166,7 +160,7 @@ func (s *Source) Client(st *tls.ConnectionState) error {
 }
 
 // MutualTLS reports whether clients must present a certificate.
-func (s *Source) MutualTLS() bool { return s.files.ClientCAFile != "" }
+func (s *Source) MutualTLS() bool { return s.f.ClientCAFile != "" }
 
 // hasSAN reports whether c names san: as a DNS name or IP address the way
 // envoyproxy/ratelimit checks GRPC_CLIENT_TLS_SAN (x509 host name rules,
@@ -197,47 +191,6 @@ func sans(c *x509.Certificate) []string {
 		out = []string{"none"}
 	}
 	return out
-}
-
-// refresh loads the files again when the interval has passed and one of
-// them changed.
-func (s *Source) refresh() {
-	now := s.now().UnixNano()
-	last := s.checked.Load()
-	if now-last < int64(s.interval) || !s.checked.CompareAndSwap(last, now) {
-		return // looked at recently, or another handshake is looking
-	}
-	st, err := s.stat()
-	if err != nil || sameFiles(st, s.cur.Load().stat) {
-		return // gone for a moment (a swap), or unchanged
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sameFiles(st, s.failed) || sameFiles(st, s.cur.Load().stat) {
-		return // known not to load, or loaded meanwhile
-	}
-	m, err := s.load()
-	if err != nil {
-		s.failed = st
-		s.log.Error("TLS files changed but do not load: keeping the certificate in use", "error", err)
-		return
-	}
-	old := s.cur.Swap(m)
-	s.log.Info("TLS certificate reloaded", "subject", m.leaf.Subject.String(), "not_after", m.leaf.NotAfter,
-		"previous_not_after", old.leaf.NotAfter)
-}
-
-// sameFiles reports whether a and b are the same files, unchanged.
-func sameFiles(a, b []os.FileInfo) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !os.SameFile(a[i], b[i]) || !a[i].ModTime().Equal(b[i].ModTime()) || a[i].Size() != b[i].Size() {
-			return false
-		}
-	}
-	return true
 }
 
 // GRPCConfig is the gRPC listener's TLS configuration (h2): each handshake

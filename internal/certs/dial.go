@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -34,15 +32,8 @@ type DialFiles struct {
 // the one in use stays. Open connections keep what they were shown. Make
 // one with LoadDial; safe for concurrent handshakes.
 type DialSource struct {
-	files    DialFiles
-	interval time.Duration
-	now      func() time.Time
-	log      *slog.Logger
-
-	cur     atomic.Pointer[dialMaterial]
-	checked atomic.Int64
-	mu      sync.Mutex
-	failed  []os.FileInfo // guarded by mu
+	files[dialMaterial]
+	f DialFiles
 }
 
 type dialMaterial struct {
@@ -60,25 +51,25 @@ func LoadDial(f DialFiles, log *slog.Logger) (*DialSource, error) {
 	case f.CertFile == "" && f.KeyFile != "":
 		return nil, fmt.Errorf("%s needs %s (the certificate chain it goes with)", f.Flags[2], f.Flags[1])
 	}
-	s := &DialSource{files: f, interval: fileCheckInterval, now: time.Now, log: log}
-	m, err := s.load()
-	if err != nil {
+	s := &DialSource{f: f}
+	s.files = files[dialMaterial]{interval: fileCheckInterval, now: time.Now, log: log, stat: s.stat, load: s.load,
+		statOf:   func(m *dialMaterial) []os.FileInfo { return m.stat },
+		reloaded: func(_, _ *dialMaterial) { s.log.Info("TLS files reloaded", "ca", s.f.CAFile, "cert", s.f.CertFile) }}
+	if err := s.start(); err != nil {
 		return nil, err
 	}
-	s.cur.Store(m)
-	s.checked.Store(s.now().UnixNano())
 	return s, nil
 }
 
 func (s *DialSource) stat() ([]os.FileInfo, error) {
 	var out []os.FileInfo
-	for i, name := range []string{s.files.CAFile, s.files.CertFile, s.files.KeyFile} {
+	for i, name := range []string{s.f.CAFile, s.f.CertFile, s.f.KeyFile} {
 		if name == "" {
 			continue
 		}
 		fi, err := os.Stat(name)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", s.files.Flags[i], err)
+			return nil, fmt.Errorf("%s: %w", s.f.Flags[i], err)
 		}
 		out = append(out, fi)
 	}
@@ -91,55 +82,28 @@ func (s *DialSource) load() (*dialMaterial, error) {
 		return nil, err
 	}
 	m := &dialMaterial{stat: st}
-	if f := s.files.CAFile; f != "" {
+	if f := s.f.CAFile; f != "" {
 		pem, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", s.files.Flags[0], err)
+			return nil, fmt.Errorf("%s: %w", s.f.Flags[0], err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil || pool == nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s %s: no PEM certificate in it", s.files.Flags[0], f)
+			return nil, fmt.Errorf("%s %s: no PEM certificate in it", s.f.Flags[0], f)
 		}
 		m.roots = pool
 	}
-	if s.files.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(s.files.CertFile, s.files.KeyFile)
+	if s.f.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.f.CertFile, s.f.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s and %s %s: %v", s.files.Flags[1], s.files.CertFile, s.files.Flags[2], s.files.KeyFile, err)
+			return nil, fmt.Errorf("%s %s and %s %s: %v", s.f.Flags[1], s.f.CertFile, s.f.Flags[2], s.f.KeyFile, err)
 		}
 		m.cert = &cert
 	}
 	return m, nil
-}
-
-// refresh loads the files again when the interval has passed and one of
-// them changed.
-func (s *DialSource) refresh() {
-	now := s.now().UnixNano()
-	last := s.checked.Load()
-	if now-last < int64(s.interval) || !s.checked.CompareAndSwap(last, now) {
-		return
-	}
-	st, err := s.stat()
-	if err != nil || sameFiles(st, s.cur.Load().stat) {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sameFiles(st, s.failed) || sameFiles(st, s.cur.Load().stat) {
-		return
-	}
-	m, err := s.load()
-	if err != nil {
-		s.failed = st
-		s.log.Error("TLS files changed but do not load: keeping the ones in use", "error", err)
-		return
-	}
-	s.cur.Store(m)
-	s.log.Info("TLS files reloaded", "ca", s.files.CAFile, "cert", s.files.CertFile)
 }
 
 // Config is the client's TLS configuration for a connection to the server
