@@ -72,7 +72,7 @@ func printQuotaAction(a *rlqspb.RateLimitQuotaResponse_BucketAction, bucket stri
 		fmt.Fprintf(stdout, "ALLOW_ALL: bucket %s for %v: no limit matches it (unknown domain or descriptor, an unlimited or shadow rule): Envoy admits every request\n", bucket, ttl)
 		return exitOK
 	case s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL:
-		fmt.Fprintf(stdout, "DENY_ALL: bucket %s for %v: its limit is 0, the window's share is spent, or its rule cannot be served over RLQS (`throttlekit validate --rlqs` names those; serve logs them)\n", bucket, ttl)
+		fmt.Fprintf(stdout, "DENY_ALL: bucket %s for %v: its limit is 0, the window's share is spent, its window ends in under a second or so (the next one's assignment follows), or its rule cannot be served over RLQS (`throttlekit validate --rlqs` names those; serve logs them)\n", bucket, ttl)
 		return exitDenied
 	}
 	fmt.Fprintf(stdout, "bucket %s: an action probe does not know: %v\n", bucket, a)

@@ -291,15 +291,31 @@ func FuzzParseDescriptor(f *testing.F) {
 // (exit 0), DENY_ALL for a limit of 0 (exit 3). Before, RLQS could not be
 // seen working without an Envoy.
 func TestProbeRLQS(t *testing.T) {
-	const policy = "domain: q\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 80}\n  - key: blocked\n    rate_limit: {unit: minute, requests_per_unit: 0}\n"
+	const policy = "domain: q\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 80}\n  - key: blocked\n    rate_limit: {unit: hour, requests_per_unit: 0}\n"
 	s := startInProcess(t, map[string]string{"q.yaml": policy}, "--rlqs")
 	ctx := context.Background()
+	// A subscription in a window's last second or so is told DENY_ALL to
+	// its end, and assigned at the next (make test once probed at
+	// 12:54:59 of a minute window): ask again, a new subscriber, until
+	// the window has moved on, within the test's deadline.
+	assigned := func(args []string) (int, string, string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, out, errs := runProbe(ctx, append([]string{"--rlqs", "--addr", s.grpcAddr, "--timeout", "10s"}, args...)...)
+			if !strings.HasPrefix(out, "DENY_ALL") || time.Now().After(deadline) {
+				return code, out, errs
+			}
+		}
+	}
+	if code, out, errs := assigned([]string{"--domain", "q", "--descriptor", "tenant=acme"}); code != 0 || !strings.Contains(out, "ASSIGNED: bucket tenant=acme: a token bucket of ") {
+		t.Errorf("tenant=acme: exit %d, stdout %q, stderr %q; want exit 0 and a token bucket", code, out, errs)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"--domain", "q", "--descriptor", "tenant=acme"}, 0, "ASSIGNED: bucket tenant=acme: a token bucket of "},
 		{[]string{"--domain", "other", "--descriptor", "tenant=acme"}, 0, "ALLOW_ALL: bucket tenant=acme"},
 		{[]string{"--domain", "q", "--descriptor", "blocked=x"}, 3, "DENY_ALL: bucket blocked=x"},
 	} {
