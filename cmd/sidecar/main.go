@@ -11,7 +11,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -158,7 +157,7 @@ func printVersion(w io.Writer, info func() (*debug.BuildInfo, bool)) {
 		fmt.Fprintf(w, "throttlekit %s\n%s\n", v, runtime.Version())
 		return
 	}
-	version := cmp.Or(version, bi.Main.Version, "(devel)")
+	version := releaseVersionOf(bi)
 	vcs := map[string]string{}
 	for _, s := range bi.Settings {
 		vcs[s.Key] = s.Value

@@ -55,8 +55,15 @@ func newMetrics(e *engine.Engine, rs *redisstore.Store) *metrics {
 
 // releaseVersion is the version `throttlekit version` prints first.
 func releaseVersion() string {
+	bi, _ := debug.ReadBuildInfo()
+	return releaseVersionOf(bi)
+}
+
+// releaseVersionOf is the release version (version, set at build time),
+// else bi's module version, else "(devel)"; bi may be nil.
+func releaseVersionOf(bi *debug.BuildInfo) string {
 	mod := ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	if bi != nil {
 		mod = bi.Main.Version
 	}
 	return cmp.Or(version, mod, "(devel)")

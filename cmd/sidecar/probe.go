@@ -437,14 +437,19 @@ func ambiguous(resp *rlsv3.RateLimitResponse) bool {
 	return len(resp.GetStatuses()) == 0
 }
 
+// entriesString is es as --descriptor takes them: k=v,k2=v2.
+func entriesString(es []entry) string {
+	kvs := make([]string, len(es))
+	for i, e := range es {
+		kvs[i] = e.key + "=" + e.value
+	}
+	return strings.Join(kvs, ",")
+}
+
 // describeStatus is one descriptor's verdict in words: "OVER_LIMIT:
 // descriptor path=/x, limit 5 per minute, remaining 0, resets in 51.8s".
 func describeStatus(d []entry, st *rlsv3.RateLimitResponse_DescriptorStatus) string {
-	kvs := make([]string, len(d))
-	for i, e := range d {
-		kvs[i] = e.key + "=" + e.value
-	}
-	head := "descriptor " + strings.Join(kvs, ",")
+	head := "descriptor " + entriesString(d)
 	if st == nil {
 		return "UNKNOWN: " + head + ", no status in the answer"
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
+	"maps"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -38,16 +38,16 @@ func probeQuota(ctx context.Context, c *probeConfig, client rlqspb.RateLimitQuot
 		resp, err := stream.Recv()
 		if err != nil {
 			if ctx.Err() != nil {
-				fmt.Fprintf(stderr, "throttlekit probe: no action for bucket %s within %v: is serve running with --rlqs, and does its store answer? (a subscription's assignment waits for a lease)\n", bucketString(c.descriptors[0]), c.timeout)
+				fmt.Fprintf(stderr, "throttlekit probe: no action for bucket %s within %v: is serve running with --rlqs, and does its store answer? (a subscription's assignment waits for a lease)\n", entriesString(c.descriptors[0]), c.timeout)
 				return exitFailed
 			}
 			return unreachable(c, err, stderr)
 		}
 		for _, a := range resp.GetBucketAction() {
-			if !sameEntries(a.GetBucketId().GetBucket(), bucket) {
+			if !maps.Equal(a.GetBucketId().GetBucket(), bucket) {
 				continue
 			}
-			return printQuotaAction(a, bucketString(c.descriptors[0]), stdout)
+			return printQuotaAction(a, entriesString(c.descriptors[0]), stdout)
 		}
 	}
 }
@@ -77,24 +77,4 @@ func printQuotaAction(a *rlqspb.RateLimitQuotaResponse_BucketAction, bucket stri
 	}
 	fmt.Fprintf(stdout, "bucket %s: an action probe does not know: %v\n", bucket, a)
 	return exitFailed
-}
-
-func sameEntries(got, want map[string]string) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for k, v := range want {
-		if got[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-func bucketString(es []entry) string {
-	parts := make([]string, len(es))
-	for i, e := range es {
-		parts[i] = e.key + "=" + e.value
-	}
-	return strings.Join(parts, ",")
 }

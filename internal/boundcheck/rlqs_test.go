@@ -126,11 +126,7 @@ func TestRLQSAllowAllAdmitsAtMostLPlusEnvoys(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
 	}
-	srv := testenv.StartRedis(t)
-	store, err := redisstore.New(srv.Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := rlqsRedisStore(t)
 	for seed := uint64(1); seed <= 3; seed++ {
 		sc := allowAllFleet(seed)
 		told, err := PlayRLQS(context.Background(), sc, store, fmt.Sprintf("bcallow%d", seed))
@@ -177,11 +173,7 @@ func TestRLQSLiarLeavesHonestEnvoysTheirShare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
 	}
-	srv := testenv.StartRedis(t)
-	store, err := redisstore.New(srv.Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := rlqsRedisStore(t)
 	const limit, windows = 400, 6
 	for seed := uint64(1); seed <= 2; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0x11a2))
@@ -222,4 +214,15 @@ func TestRLQSLiarLeavesHonestEnvoysTheirShare(t *testing.T) {
 		}
 		t.Logf("seed %d: assigned per window, the liar %v, honest %v", seed, assigned[0], assigned[1:])
 	}
+}
+
+// rlqsRedisStore is a store over a fresh redis-server whose calls wait
+// testenv.StoreDeadline: the RLQS runs judge what was told, not latency.
+func rlqsRedisStore(t *testing.T) *redisstore.Store {
+	t.Helper()
+	store, err := redisstore.New(testenv.StartRedis(t).Client(), redisstore.Options{Timeout: testenv.StoreDeadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
 }
